@@ -1,0 +1,167 @@
+// Package db defines the one store interface that everything above the database talks to, and
+// embeds the app's schema migrations for both engines. Engine code (pgx or database/sql, River's
+// Client[pgx.Tx] or Client[*sql.Tx]) lives in db/postgres and db/sqlite.
+package db
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"time"
+
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+	"riverqueue.com/riverui/uiendpoints"
+)
+
+// Migrations holds the goose migrations of both engines, under postgres/ and sqlite/.
+//
+//go:embed migrations
+var Migrations embed.FS
+
+var (
+	// ErrNotFound is returned when a row looked up does not exist (or a token is unusable).
+	ErrNotFound = errors.New("not found")
+
+	// ErrEmailTaken is returned by UserInsert when the email is already registered.
+	ErrEmailTaken = errors.New("email already registered")
+
+	// ErrSchemaBehind is returned by Store.CheckSchema when River's or the app's migrations have
+	// not all been applied. The message tells the operator what to run.
+	ErrSchemaBehind = errors.New("database schema is behind: run `postguard migrate`")
+)
+
+// User is a registered user.
+type User struct {
+	ID              int64
+	Email           string
+	Name            string
+	PasswordHash    string
+	EmailVerifiedAt *time.Time
+	UnsubscribedAt  *time.Time
+	CreatedAt       time.Time
+	UpdatedAt       time.Time
+}
+
+// TokenPurpose says what an email token may be used for; a token of one purpose never stands in
+// for another.
+type TokenPurpose string
+
+const (
+	TokenPurposeVerify TokenPurpose = "verify"
+	TokenPurposeReset  TokenPurpose = "reset"
+)
+
+// UserInsertParams are the fields of a new user.
+type UserInsertParams struct {
+	Email        string // normalised
+	Name         string
+	PasswordHash string
+	Now          time.Time
+}
+
+// EmailTokenInsertParams stores the SHA-256 of a token a job derived.
+type EmailTokenInsertParams struct {
+	TokenHash []byte
+	UserID    int64
+	Purpose   TokenPurpose
+	ExpiresAt time.Time
+	Now       time.Time
+}
+
+// RateLimitCounterConsumeParams names one fixed window of one key and its limit.
+type RateLimitCounterConsumeParams struct {
+	KeyHash     []byte
+	WindowStart time.Time
+	WindowEnd   time.Time
+	Limit       int64
+}
+
+// Queries are the app's statements. A Store runs them on its own connection (each statement
+// commits alone); the Tx passed to Store.InTx runs them in one transaction.
+type Queries interface {
+	// UserInsert creates a user; ErrEmailTaken when the email is registered already.
+	UserInsert(ctx context.Context, params *UserInsertParams) (*User, error)
+	// UserGetByEmail finds a user by normalised email; ErrNotFound when there is none.
+	UserGetByEmail(ctx context.Context, email string) (*User, error)
+	// UserGetByID finds a user by id; ErrNotFound when there is none.
+	UserGetByID(ctx context.Context, id int64) (*User, error)
+	// UserMarkEmailVerified records the first verification; ErrNotFound for an unknown user.
+	UserMarkEmailVerified(ctx context.Context, id int64, now time.Time) error
+	// UserSetPassword replaces the password hash and marks the email verified.
+	UserSetPassword(ctx context.Context, id int64, passwordHash string, now time.Time) error
+	// UserUnsubscribe records an unsubscribe; repeating it is harmless.
+	UserUnsubscribe(ctx context.Context, id int64, now time.Time) error
+
+	// EmailTokenInsert stores a token hash unless it is stored already (the first expiry stays).
+	EmailTokenInsert(ctx context.Context, params *EmailTokenInsertParams) error
+	// EmailTokenConsume marks an unused, unexpired token of the purpose used and returns its user
+	// id; ErrNotFound when the token is unknown, of another purpose, expired or used.
+	EmailTokenConsume(ctx context.Context, tokenHash []byte, purpose TokenPurpose, now time.Time) (int64, error)
+	// EmailTokenInvalidateUser marks all of a user's unused tokens of a purpose used.
+	EmailTokenInvalidateUser(ctx context.Context, userID int64, purpose TokenPurpose, now time.Time) error
+
+	// JobInsert inserts a River job: inside InTx through InsertTx, so it commits or rolls back
+	// with the transaction's other writes.
+	JobInsert(ctx context.Context, args river.JobArgs, opts *river.InsertOpts) (*rivertype.JobInsertResult, error)
+}
+
+// JobClient is the engine-agnostic part of *river.Client[TTx] that the app uses.
+// *river.Client[pgx.Tx] and *river.Client[*sql.Tx] both satisfy it.
+type JobClient interface {
+	Start(ctx context.Context) error
+	Stop(ctx context.Context) error
+	StopAndCancel(ctx context.Context) error
+	Stopped() <-chan struct{}
+	Insert(ctx context.Context, args river.JobArgs, opts *river.InsertOpts) (*rivertype.JobInsertResult, error)
+	JobGet(ctx context.Context, id int64) (*rivertype.JobRow, error)
+	JobList(ctx context.Context, params *river.JobListParams) (*river.JobListResult, error)
+	JobDeleteMany(ctx context.Context, params *river.JobDeleteManyParams) (*river.JobDeleteManyResult, error)
+	Subscribe(kinds ...river.EventKind) (<-chan *river.Event, func())
+	PeriodicJobs() *river.PeriodicJobBundle
+}
+
+// Store is one database, either engine. Create it with postgres.New or sqlite.Open, then call
+// ConfigureRiver once before anything uses jobs.
+type Store interface {
+	Queries
+
+	// Engine is "postgres" or "sqlite".
+	Engine() string
+
+	// InTx runs fn in one transaction: committed when fn returns nil, rolled back otherwise. fn
+	// must use only the Queries it is given (on SQLite, the pool's one connection is the tx's).
+	InTx(ctx context.Context, fn func(ctx context.Context, tx Queries) error) error
+
+	// RateLimitCounterConsume spends one request of a window in one atomic statement, outside any
+	// other transaction. ok is false (and nothing counted) when the window is at its limit.
+	RateLimitCounterConsume(ctx context.Context, params *RateLimitCounterConsumeParams) (count int64, ok bool, err error)
+	// RateLimitCounterDeleteExpired deletes up to max counters whose window ended before before.
+	RateLimitCounterDeleteExpired(ctx context.Context, before time.Time, max int) (int64, error)
+	// EmailTokenDeleteExpired deletes up to max tokens that expired before before.
+	EmailTokenDeleteExpired(ctx context.Context, before time.Time, max int) (int64, error)
+
+	// SendPacerReserve takes the next send slot of the named budget, one interval after the
+	// previous slot and never before now, and returns it.
+	SendPacerReserve(ctx context.Context, name string, interval time.Duration, now time.Time) (time.Time, error)
+
+	// Migrate applies River's migrations (rivermigrate) and then the app's (goose), holding a
+	// lock so two deploys cannot race. Idempotent.
+	Migrate(ctx context.Context) error
+	// CheckSchema returns an error wrapping ErrSchemaBehind while any migration is missing.
+	CheckSchema(ctx context.Context) error
+
+	// Ping checks the database answers (readiness).
+	Ping(ctx context.Context) error
+
+	// ConfigureRiver creates the store's River client from config (workers, queues, periodic
+	// jobs); JobInsert and River fail before it. Call it once.
+	ConfigureRiver(config *river.Config) error
+	// River is the store's River client.
+	River() JobClient
+	// RiverUIEndpoints is the River UI API bundle for the store's River client.
+	RiverUIEndpoints() uiendpoints.Bundle
+
+	// Close releases the store's connections. It does not stop River.
+	Close() error
+}

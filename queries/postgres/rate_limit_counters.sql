@@ -1,0 +1,32 @@
+-- name: RateLimitCounterConsume :one
+-- RateLimitCounterConsume spends one request of a fixed window in one atomic statement: it
+-- inserts the counter at 1, or increments it only while it is below its limit. No row back means
+-- the request is refused, and a refused request is never counted.
+INSERT INTO rate_limit_counters (
+    key_hash,
+    window_start,
+    window_end,
+    count,
+    limit_count
+) VALUES (
+    @key_hash::bytea,
+    @window_start::timestamptz,
+    @window_end::timestamptz,
+    1,
+    @limit_count::bigint
+)
+ON CONFLICT (key_hash, window_start) DO UPDATE
+SET count = rate_limit_counters.count + 1
+WHERE rate_limit_counters.count < excluded.limit_count
+RETURNING count;
+
+-- name: RateLimitCounterDeleteExpired :execrows
+-- RateLimitCounterDeleteExpired deletes up to @max counters whose window ended before @before.
+DELETE FROM rate_limit_counters
+WHERE (key_hash, window_start) IN (
+    SELECT key_hash, window_start
+    FROM rate_limit_counters
+    WHERE window_end < @before::timestamptz
+    LIMIT @max::bigint
+    FOR UPDATE SKIP LOCKED
+);

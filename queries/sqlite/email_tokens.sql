@@ -1,0 +1,46 @@
+-- name: EmailTokenInsert :exec
+-- EmailTokenInsert stores a token's hash the first time a job derives it; a retried job finds it
+-- there and keeps its original expiry.
+INSERT INTO email_tokens (
+    token_hash,
+    user_id,
+    purpose,
+    expires_at,
+    created_at
+) VALUES (
+    @token_hash,
+    @user_id,
+    @purpose,
+    @expires_at,
+    @now
+)
+ON CONFLICT (token_hash) DO NOTHING;
+
+-- name: EmailTokenConsume :one
+-- EmailTokenConsume marks an unused, unexpired token of the given purpose used and returns its
+-- user, in one statement.
+UPDATE email_tokens
+SET used_at = @now
+WHERE token_hash = @token_hash
+    AND purpose = @purpose
+    AND used_at IS NULL
+    AND expires_at > @now
+RETURNING user_id;
+
+-- name: EmailTokenInvalidateUser :execrows
+-- EmailTokenInvalidateUser marks every unused token of one purpose of a user used.
+UPDATE email_tokens
+SET used_at = @now
+WHERE user_id = @user_id
+    AND purpose = @purpose
+    AND used_at IS NULL;
+
+-- name: EmailTokenDeleteExpired :execrows
+-- EmailTokenDeleteExpired deletes up to @max tokens that expired before @before.
+DELETE FROM email_tokens
+WHERE token_hash IN (
+    SELECT t.token_hash
+    FROM email_tokens AS t
+    WHERE t.expires_at < @before
+    LIMIT @max
+);

@@ -1,0 +1,31 @@
+-- name: RateLimitCounterConsume :one
+-- RateLimitCounterConsume spends one request of a fixed window in one atomic statement. The limit
+-- is read from excluded.limit_count because sqlc's SQLite engine drops parameters inside
+-- DO UPDATE. No row back means the request is refused and was not counted.
+INSERT INTO rate_limit_counters (
+    key_hash,
+    window_start,
+    window_end,
+    count,
+    limit_count
+) VALUES (
+    @key_hash,
+    @window_start,
+    @window_end,
+    1,
+    @limit_count
+)
+ON CONFLICT (key_hash, window_start) DO UPDATE
+SET count = rate_limit_counters.count + 1
+WHERE rate_limit_counters.count < excluded.limit_count
+RETURNING count;
+
+-- name: RateLimitCounterDeleteExpired :execrows
+-- RateLimitCounterDeleteExpired deletes up to @max counters whose window ended before @before.
+DELETE FROM rate_limit_counters
+WHERE (key_hash, window_start) IN (
+    SELECT c.key_hash, c.window_start
+    FROM rate_limit_counters AS c
+    WHERE c.window_end < @before
+    LIMIT @max
+);
