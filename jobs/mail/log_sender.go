@@ -1,0 +1,53 @@
+package mail
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"strings"
+)
+
+// LogSender "delivers" mail by printing it to the process log: recipient,
+// subject, plain-text body and the links it carries. It is the development
+// mailer (MAILER=log): its output holds live tokens, so it logs to the
+// process logger it was given, never through riverlog (whose lines River UI
+// shows). Safe for concurrent use.
+type LogSender struct {
+	logger *slog.Logger
+}
+
+// NewLogSender returns a LogSender writing to logger at Info level, or to
+// slog.Default() when logger is nil.
+func NewLogSender(logger *slog.Logger) *LogSender {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	return &LogSender{logger: logger}
+}
+
+// linkPattern finds http(s) links in a plain-text body.
+var linkPattern = regexp.MustCompile(`https?://[^\s<>"]+`)
+
+// Send logs msg and returns nil; a message without a recipient gives
+// ErrInvalidMessage, like the real sender.
+func (s *LogSender) Send(ctx context.Context, msg *Message) error {
+	if msg == nil || strings.TrimSpace(msg.To) == "" {
+		return fmt.Errorf("error sending email: %w: no recipient", ErrInvalidMessage)
+	}
+
+	links := linkPattern.FindAllString(msg.Text, -1)
+	if links == nil {
+		links = []string{}
+	}
+
+	s.logger.InfoContext(ctx, "email printed by the log mailer, not sent",
+		slog.String("kind", msg.Kind),
+		slog.String("to", msg.To),
+		slog.String("subject", msg.Subject),
+		slog.String("idempotency_key", msg.IdempotencyKey),
+		slog.Any("links", links),
+		slog.String("text", msg.Text),
+	)
+	return nil
+}
