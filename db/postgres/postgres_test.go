@@ -1,0 +1,187 @@
+package postgres_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivermigrate"
+	"github.com/stretchr/testify/require"
+
+	"github.com/postguard/postguard/db"
+	"github.com/postguard/postguard/db/dbtest"
+	"github.com/postguard/postguard/db/postgres"
+	"github.com/postguard/postguard/db/postgres/dbsqlc"
+)
+
+// Postgres-only behaviour; what both engines share is in db's conformance suite.
+
+func TestStore_CheckSchema(t *testing.T) {
+	t.Parallel()
+
+	ctx := t.Context()
+	store := dbtest.NewPostgresUnmigrated(t)
+	migrator, err := rivermigrate.New(riverpgxv5.New(store.Pool()), nil)
+	require.NoError(t, err)
+
+	// River's schema only, as after `river migrate-up`.
+	_, err = migrator.Migrate(ctx, rivermigrate.DirectionUp, nil)
+	require.NoError(t, err)
+
+	err = store.CheckSchema(ctx)
+	require.ErrorIs(t, err, db.ErrSchemaBehind)
+	require.ErrorContains(t, err, "the app's migrations are not applied")
+	require.NotContains(t, err.Error(), "River")
+
+	// Both, then River one step down.
+	require.NoError(t, store.Migrate(ctx))
+	require.NoError(t, store.CheckSchema(ctx))
+
+	res, err := migrator.Migrate(ctx, rivermigrate.DirectionDown, nil)
+	require.NoError(t, err)
+	require.Len(t, res.Versions, 1)
+
+	err = store.CheckSchema(ctx)
+	require.ErrorIs(t, err, db.ErrSchemaBehind)
+	require.ErrorContains(t, err, "River's migrations [")
+	require.NotContains(t, err.Error(), "app's")
+}
+
+func TestStore_Engine(t *testing.T) {
+	t.Parallel()
+
+	require.Equal(t, "postgres", dbtest.NewPostgres(t).Engine())
+}
+
+func TestStore_Migrate(t *testing.T) {
+	t.Parallel()
+
+	t.Run("Concurrent", func(t *testing.T) {
+		t.Parallel()
+
+		ctx := t.Context()
+		store := dbtest.NewPostgresUnmigrated(t)
+		other, err := postgres.New(ctx, store.Pool().Config().ConnString(), nil)
+		require.NoError(t, err)
+		t.Cleanup(func() { other.Close() })
+
+		// Without the lock, both would apply River's first migration and one would fail.
+		var (
+			wg   sync.WaitGroup
+			errs [2]error
+		)
+		wg.Go(func() { errs[0] = store.Migrate(ctx) })
+		wg.Go(func() { errs[1] = other.Migrate(ctx) })
+		wg.Wait()
+		require.NoError(t, errs[0])
+		require.NoError(t, errs[1])
+
+		require.NoError(t, store.CheckSchema(ctx))
+	})
+
+	t.Run("SchemaFromSearchPath", func(t *testing.T) {
+		t.Parallel()
+
+		ctx := t.Context()
+		store := dbtest.NewPostgres(t)
+
+		var (
+			schema string
+			tables int
+		)
+		require.NoError(t, store.Pool().QueryRow(ctx, `
+			SELECT current_schema(), count(*)
+			FROM pg_tables
+			WHERE schemaname = current_schema()
+				AND tablename IN ('goose_db_version', 'river_job', 'river_migration', 'users')`,
+		).Scan(&schema, &tables))
+		require.Regexp(t, `^pgtest_`, schema)
+		require.Equal(t, 4, tables)
+	})
+
+	t.Run("WaitsForLock", func(t *testing.T) {
+		t.Parallel()
+
+		ctx := t.Context()
+		store := dbtest.NewPostgresUnmigrated(t)
+
+		// Another deploy holds the lock.
+		conn, err := pgx.ConnectConfig(ctx, store.Pool().Config().ConnConfig)
+		require.NoError(t, err)
+		t.Cleanup(func() { conn.Close(context.Background()) })
+		require.NoError(t, dbsqlc.New().MigrationLock(ctx, conn))
+
+		done := make(chan error, 1)
+		go func() { done <- store.Migrate(ctx) }()
+
+		select {
+		case err := <-done:
+			require.FailNow(t, "Migrate did not wait for the lock", "err: %v", err)
+		case <-time.After(300 * time.Millisecond):
+		}
+
+		require.NoError(t, dbsqlc.New().MigrationUnlock(ctx, conn))
+
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+		case <-time.After(10 * time.Second):
+			require.FailNow(t, "Migrate did not finish after the lock was released")
+		}
+		require.NoError(t, store.CheckSchema(ctx))
+	})
+}
+
+func TestStore_New(t *testing.T) {
+	t.Parallel()
+
+	t.Run("Pools", func(t *testing.T) {
+		t.Parallel()
+
+		ctx := t.Context()
+		store, err := postgres.New(ctx, dbtest.DatabaseURL(t), &postgres.Config{MaxConns: 3, RateLimitMaxConns: 2})
+		require.NoError(t, err)
+		t.Cleanup(func() { store.Close() })
+
+		require.Equal(t, int32(3), store.Pool().Config().MaxConns)
+		require.Equal(t, int32(2), store.RateLimitPool().Config().MaxConns)
+
+		// Only the rate-limit pool gives up waiting for WAL flushes.
+		var setting string
+		require.NoError(t, store.Pool().QueryRow(ctx, "SHOW synchronous_commit").Scan(&setting))
+		require.Equal(t, "on", setting)
+		require.NoError(t, store.RateLimitPool().QueryRow(ctx, "SHOW synchronous_commit").Scan(&setting))
+		require.Equal(t, "off", setting)
+	})
+
+	t.Run("PoolsDefault", func(t *testing.T) {
+		t.Parallel()
+
+		store, err := postgres.New(t.Context(), "postgres://postgres@127.0.0.1:5432/test", nil)
+		require.NoError(t, err)
+		t.Cleanup(func() { store.Close() })
+
+		require.Equal(t, int32(postgres.RateLimitMaxConnsDefault), store.RateLimitPool().Config().MaxConns)
+	})
+
+	t.Run("InvalidURL", func(t *testing.T) {
+		t.Parallel()
+
+		_, err := postgres.New(t.Context(), "postgres://%zz", nil)
+		require.Error(t, err)
+	})
+
+	t.Run("Unreachable", func(t *testing.T) {
+		t.Parallel()
+
+		// Connections are lazy: New succeeds, Ping reports the database down.
+		store, err := postgres.New(t.Context(), "postgres://postgres@127.0.0.1:1/test?sslmode=disable&connect_timeout=2", nil)
+		require.NoError(t, err)
+		t.Cleanup(func() { store.Close() })
+
+		require.Error(t, store.Ping(t.Context()))
+	})
+}

@@ -1,0 +1,825 @@
+package db_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/riverqueue/river"
+	"github.com/stretchr/testify/require"
+
+	"github.com/postguard/postguard/db"
+	"github.com/postguard/postguard/db/dbtest"
+)
+
+// The conformance suite: every test runs unchanged on both engines through dbtest.Engines.
+
+type testJobArgs struct {
+	UserID int64 `json:"user_id"`
+}
+
+func (testJobArgs) Kind() string { return "store_test" }
+
+// now is a fixed instant at the engines' precision (microseconds).
+var now = time.Date(2026, 3, 1, 12, 0, 0, 123456000, time.UTC)
+
+func requireTimeEqual(t *testing.T, want time.Time, got *time.Time) {
+	t.Helper()
+
+	require.NotNil(t, got)
+	require.True(t, want.Equal(*got), "want %s, got %s", want, *got)
+}
+
+func tokenHash(s string) []byte {
+	sum := sha256.Sum256([]byte(s))
+	return sum[:]
+}
+
+func userInsert(ctx context.Context, t *testing.T, queries db.Queries, email string) *db.User {
+	t.Helper()
+
+	user, err := queries.UserInsert(ctx, &db.UserInsertParams{
+		Email:        email,
+		Name:         "Ada",
+		Now:          now,
+		PasswordHash: "hash",
+	})
+	require.NoError(t, err)
+	return user
+}
+
+func TestStore_EmailToken(t *testing.T) {
+	t.Parallel()
+
+	dbtest.Engines(t, func(t *testing.T, newStore func(t *testing.T) db.Store) {
+		type testBundle struct {
+			store db.Store
+			user  *db.User
+		}
+
+		setup := func(t *testing.T) (*testBundle, context.Context) {
+			t.Helper()
+
+			ctx := t.Context()
+			store := newStore(t)
+			return &testBundle{
+				store: store,
+				user:  userInsert(ctx, t, store, "ada@example.com"),
+			}, ctx
+		}
+
+		tokenInsert := func(ctx context.Context, t *testing.T, bundle *testBundle, raw string, purpose db.TokenPurpose, expiresAt time.Time) {
+			t.Helper()
+
+			require.NoError(t, bundle.store.EmailTokenInsert(ctx, &db.EmailTokenInsertParams{
+				ExpiresAt: expiresAt,
+				Now:       now,
+				Purpose:   purpose,
+				TokenHash: tokenHash(raw),
+				UserID:    bundle.user.ID,
+			}))
+		}
+
+		t.Run("ConsumeConcurrent", func(t *testing.T) {
+			t.Parallel()
+
+			bundle, ctx := setup(t)
+			tokenInsert(ctx, t, bundle, "tok", db.TokenPurposeVerify, now.Add(time.Hour))
+
+			const workers = 10
+			var (
+				wg     sync.WaitGroup
+				errs   = make([]error, workers)
+				userID = make([]int64, workers)
+			)
+			for i := range workers {
+				wg.Go(func() {
+					userID[i], errs[i] = bundle.store.EmailTokenConsume(ctx, tokenHash("tok"), db.TokenPurposeVerify, now)
+				})
+			}
+			wg.Wait()
+
+			var won int
+			for i, err := range errs {
+				if err == nil {
+					won++
+					require.Equal(t, bundle.user.ID, userID[i])
+					continue
+				}
+				require.ErrorIs(t, err, db.ErrNotFound)
+			}
+			require.Equal(t, 1, won)
+		})
+
+		t.Run("ConsumeExpired", func(t *testing.T) {
+			t.Parallel()
+
+			bundle, ctx := setup(t)
+			expiresAt := now.Add(time.Hour)
+			tokenInsert(ctx, t, bundle, "tok", db.TokenPurposeVerify, expiresAt)
+
+			_, err := bundle.store.EmailTokenConsume(ctx, tokenHash("tok"), db.TokenPurposeVerify, expiresAt)
+			require.ErrorIs(t, err, db.ErrNotFound)
+
+			userID, err := bundle.store.EmailTokenConsume(ctx, tokenHash("tok"), db.TokenPurposeVerify, expiresAt.Add(-time.Microsecond))
+			require.NoError(t, err)
+			require.Equal(t, bundle.user.ID, userID)
+		})
+
+		t.Run("ConsumeOnce", func(t *testing.T) {
+			t.Parallel()
+
+			bundle, ctx := setup(t)
+			tokenInsert(ctx, t, bundle, "tok", db.TokenPurposeReset, now.Add(time.Hour))
+
+			userID, err := bundle.store.EmailTokenConsume(ctx, tokenHash("tok"), db.TokenPurposeReset, now)
+			require.NoError(t, err)
+			require.Equal(t, bundle.user.ID, userID)
+
+			_, err = bundle.store.EmailTokenConsume(ctx, tokenHash("tok"), db.TokenPurposeReset, now)
+			require.ErrorIs(t, err, db.ErrNotFound)
+		})
+
+		t.Run("ConsumeUnknown", func(t *testing.T) {
+			t.Parallel()
+
+			bundle, ctx := setup(t)
+
+			_, err := bundle.store.EmailTokenConsume(ctx, tokenHash("nope"), db.TokenPurposeVerify, now)
+			require.ErrorIs(t, err, db.ErrNotFound)
+		})
+
+		t.Run("ConsumeWrongPurpose", func(t *testing.T) {
+			t.Parallel()
+
+			bundle, ctx := setup(t)
+			tokenInsert(ctx, t, bundle, "tok", db.TokenPurposeVerify, now.Add(time.Hour))
+
+			_, err := bundle.store.EmailTokenConsume(ctx, tokenHash("tok"), db.TokenPurposeReset, now)
+			require.ErrorIs(t, err, db.ErrNotFound)
+
+			// The failed attempt did not spend it.
+			_, err = bundle.store.EmailTokenConsume(ctx, tokenHash("tok"), db.TokenPurposeVerify, now)
+			require.NoError(t, err)
+		})
+
+		t.Run("DeleteExpired", func(t *testing.T) {
+			t.Parallel()
+
+			bundle, ctx := setup(t)
+			for i := range 3 {
+				tokenInsert(ctx, t, bundle, fmt.Sprintf("expired%d", i), db.TokenPurposeVerify, now.Add(-time.Minute))
+			}
+			tokenInsert(ctx, t, bundle, "valid", db.TokenPurposeVerify, now.Add(time.Hour))
+
+			for _, want := range []int64{2, 1, 0} {
+				deleted, err := bundle.store.EmailTokenDeleteExpired(ctx, now, 2)
+				require.NoError(t, err)
+				require.Equal(t, want, deleted)
+			}
+
+			_, err := bundle.store.EmailTokenConsume(ctx, tokenHash("valid"), db.TokenPurposeVerify, now)
+			require.NoError(t, err)
+		})
+
+		t.Run("InsertDuplicateKeepsFirstExpiry", func(t *testing.T) {
+			t.Parallel()
+
+			bundle, ctx := setup(t)
+			tokenInsert(ctx, t, bundle, "tok", db.TokenPurposeVerify, now.Add(time.Hour))
+			tokenInsert(ctx, t, bundle, "tok", db.TokenPurposeVerify, now.Add(48*time.Hour))
+
+			_, err := bundle.store.EmailTokenConsume(ctx, tokenHash("tok"), db.TokenPurposeVerify, now.Add(2*time.Hour))
+			require.ErrorIs(t, err, db.ErrNotFound)
+
+			_, err = bundle.store.EmailTokenConsume(ctx, tokenHash("tok"), db.TokenPurposeVerify, now.Add(30*time.Minute))
+			require.NoError(t, err)
+		})
+
+		t.Run("InsertUnknownUser", func(t *testing.T) {
+			t.Parallel()
+
+			bundle, ctx := setup(t)
+
+			// Foreign keys are enforced (on SQLite, by a pragma the store sets).
+			err := bundle.store.EmailTokenInsert(ctx, &db.EmailTokenInsertParams{
+				ExpiresAt: now.Add(time.Hour),
+				Now:       now,
+				Purpose:   db.TokenPurposeVerify,
+				TokenHash: tokenHash("tok"),
+				UserID:    bundle.user.ID + 1000,
+			})
+			require.Error(t, err)
+		})
+
+		t.Run("InvalidateUser", func(t *testing.T) {
+			t.Parallel()
+
+			bundle, ctx := setup(t)
+			tokenInsert(ctx, t, bundle, "verify1", db.TokenPurposeVerify, now.Add(time.Hour))
+			tokenInsert(ctx, t, bundle, "verify2", db.TokenPurposeVerify, now.Add(time.Hour))
+			tokenInsert(ctx, t, bundle, "reset", db.TokenPurposeReset, now.Add(time.Hour))
+
+			other := userInsert(ctx, t, bundle.store, "grace@example.com")
+			require.NoError(t, bundle.store.EmailTokenInsert(ctx, &db.EmailTokenInsertParams{
+				ExpiresAt: now.Add(time.Hour),
+				Now:       now,
+				Purpose:   db.TokenPurposeVerify,
+				TokenHash: tokenHash("other"),
+				UserID:    other.ID,
+			}))
+
+			require.NoError(t, bundle.store.EmailTokenInvalidateUser(ctx, bundle.user.ID, db.TokenPurposeVerify, now))
+
+			for _, raw := range []string{"verify1", "verify2"} {
+				_, err := bundle.store.EmailTokenConsume(ctx, tokenHash(raw), db.TokenPurposeVerify, now)
+				require.ErrorIs(t, err, db.ErrNotFound)
+			}
+			_, err := bundle.store.EmailTokenConsume(ctx, tokenHash("reset"), db.TokenPurposeReset, now)
+			require.NoError(t, err)
+			_, err = bundle.store.EmailTokenConsume(ctx, tokenHash("other"), db.TokenPurposeVerify, now)
+			require.NoError(t, err)
+		})
+	})
+}
+
+func TestStore_InTx(t *testing.T) {
+	t.Parallel()
+
+	dbtest.Engines(t, func(t *testing.T, newStore func(t *testing.T) db.Store) {
+		setup := func(t *testing.T) (db.Store, context.Context) {
+			t.Helper()
+
+			store := newStore(t)
+			dbtest.ConfigureRiver(t, store, nil)
+			return store, t.Context()
+		}
+
+		t.Run("Commit", func(t *testing.T) {
+			t.Parallel()
+
+			store, ctx := setup(t)
+
+			var user *db.User
+			require.NoError(t, store.InTx(ctx, func(ctx context.Context, tx db.Queries) error {
+				user = userInsert(ctx, t, tx, "ada@example.com")
+				_, err := tx.JobInsert(ctx, testJobArgs{UserID: user.ID}, nil)
+				return err
+			}))
+
+			got, err := store.UserGetByEmail(ctx, "ada@example.com")
+			require.NoError(t, err)
+			require.Equal(t, user.ID, got.ID)
+
+			jobs, err := store.River().JobList(ctx, river.NewJobListParams())
+			require.NoError(t, err)
+			require.Len(t, jobs.Jobs, 1)
+			require.Equal(t, "store_test", jobs.Jobs[0].Kind)
+			require.JSONEq(t, fmt.Sprintf(`{"user_id": %d}`, user.ID), string(jobs.Jobs[0].EncodedArgs))
+		})
+
+		t.Run("EmailTakenKeepsTxUsable", func(t *testing.T) {
+			t.Parallel()
+
+			store, ctx := setup(t)
+			userInsert(ctx, t, store, "ada@example.com")
+
+			require.NoError(t, store.InTx(ctx, func(ctx context.Context, tx db.Queries) error {
+				_, err := tx.UserInsert(ctx, &db.UserInsertParams{Email: "ada@example.com", Now: now, PasswordHash: "hash"})
+				require.ErrorIs(t, err, db.ErrEmailTaken)
+
+				// No statement failed, so the transaction goes on.
+				userInsert(ctx, t, tx, "grace@example.com")
+				return nil
+			}))
+
+			_, err := store.UserGetByEmail(ctx, "grace@example.com")
+			require.NoError(t, err)
+		})
+
+		t.Run("Panic", func(t *testing.T) {
+			t.Parallel()
+
+			store, ctx := setup(t)
+
+			require.PanicsWithValue(t, "boom", func() {
+				_ = store.InTx(ctx, func(ctx context.Context, tx db.Queries) error {
+					userInsert(ctx, t, tx, "ada@example.com")
+					panic("boom")
+				})
+			})
+
+			// Rolled back, and the connection is free again (SQLite has only one).
+			_, err := store.UserGetByEmail(ctx, "ada@example.com")
+			require.ErrorIs(t, err, db.ErrNotFound)
+		})
+
+		t.Run("Rollback", func(t *testing.T) {
+			t.Parallel()
+
+			store, ctx := setup(t)
+
+			errBoom := errors.New("boom")
+			err := store.InTx(ctx, func(ctx context.Context, tx db.Queries) error {
+				user := userInsert(ctx, t, tx, "ada@example.com")
+				if _, err := tx.JobInsert(ctx, testJobArgs{UserID: user.ID}, nil); err != nil {
+					return err
+				}
+				return errBoom
+			})
+			require.ErrorIs(t, err, errBoom)
+
+			_, err = store.UserGetByEmail(ctx, "ada@example.com")
+			require.ErrorIs(t, err, db.ErrNotFound)
+
+			jobs, err := store.River().JobList(ctx, river.NewJobListParams())
+			require.NoError(t, err)
+			require.Empty(t, jobs.Jobs)
+		})
+	})
+}
+
+func TestStore_JobInsert(t *testing.T) {
+	t.Parallel()
+
+	dbtest.Engines(t, func(t *testing.T, newStore func(t *testing.T) db.Store) {
+		t.Run("BeforeConfigureRiver", func(t *testing.T) {
+			t.Parallel()
+
+			store := newStore(t)
+
+			require.Nil(t, store.River())
+			require.Nil(t, store.RiverUIEndpoints())
+			_, err := store.JobInsert(t.Context(), testJobArgs{}, nil)
+			require.Error(t, err)
+		})
+
+		t.Run("ConfigureRiverTwice", func(t *testing.T) {
+			t.Parallel()
+
+			store := newStore(t)
+			dbtest.ConfigureRiver(t, store, nil)
+
+			require.Error(t, store.ConfigureRiver(&river.Config{}))
+		})
+
+		t.Run("Work", func(t *testing.T) {
+			t.Parallel()
+
+			ctx := t.Context()
+			store := newStore(t)
+
+			workers := river.NewWorkers()
+			river.AddWorker(workers, river.WorkFunc(func(ctx context.Context, job *river.Job[testJobArgs]) error {
+				return nil
+			}))
+			dbtest.ConfigureRiver(t, store, &river.Config{
+				FetchCooldown:     10 * time.Millisecond,
+				FetchPollInterval: 50 * time.Millisecond,
+				Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 1}},
+				Workers:           workers,
+			})
+
+			completed, cancel := store.River().Subscribe(river.EventKindJobCompleted)
+			t.Cleanup(cancel)
+
+			require.NoError(t, store.River().Start(ctx))
+			t.Cleanup(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				require.NoError(t, store.River().Stop(ctx))
+			})
+
+			// Inserted in a transaction that commits, then worked.
+			var jobID int64
+			require.NoError(t, store.InTx(ctx, func(ctx context.Context, tx db.Queries) error {
+				res, err := tx.JobInsert(ctx, testJobArgs{UserID: 1}, nil)
+				if err == nil {
+					jobID = res.Job.ID
+				}
+				return err
+			}))
+
+			select {
+			case event := <-completed:
+				require.Equal(t, jobID, event.Job.ID)
+			case <-time.After(10 * time.Second):
+				require.FailNow(t, "job not worked")
+			}
+		})
+
+		t.Run("Insert", func(t *testing.T) {
+			t.Parallel()
+
+			ctx := t.Context()
+			store := newStore(t)
+			dbtest.ConfigureRiver(t, store, nil)
+			require.NotNil(t, store.RiverUIEndpoints())
+
+			res, err := store.JobInsert(ctx, testJobArgs{UserID: 7}, &river.InsertOpts{Queue: "email"})
+			require.NoError(t, err)
+
+			job, err := store.River().JobGet(ctx, res.Job.ID)
+			require.NoError(t, err)
+			require.Equal(t, "store_test", job.Kind)
+			require.Equal(t, "email", job.Queue)
+		})
+	})
+}
+
+func TestStore_Migrate(t *testing.T) {
+	t.Parallel()
+
+	t.Run("Migrated", func(t *testing.T) {
+		t.Parallel()
+
+		dbtest.Engines(t, func(t *testing.T, newStore func(t *testing.T) db.Store) {
+			ctx := t.Context()
+			store := newStore(t)
+
+			require.NoError(t, store.CheckSchema(ctx))
+			require.NoError(t, store.Ping(ctx))
+
+			// Idempotent.
+			require.NoError(t, store.Migrate(ctx))
+			require.NoError(t, store.Migrate(ctx))
+			require.NoError(t, store.CheckSchema(ctx))
+		})
+	})
+
+	t.Run("Unmigrated", func(t *testing.T) {
+		t.Parallel()
+
+		dbtest.EnginesUnmigrated(t, func(t *testing.T, newStore func(t *testing.T) db.Store) {
+			ctx := t.Context()
+			store := newStore(t)
+
+			err := store.CheckSchema(ctx)
+			require.ErrorIs(t, err, db.ErrSchemaBehind)
+			require.ErrorContains(t, err, "River's migrations")
+			require.ErrorContains(t, err, "the app's migrations are not applied")
+
+			// CheckSchema only reads: it is still behind.
+			require.ErrorIs(t, store.CheckSchema(ctx), db.ErrSchemaBehind)
+
+			require.NoError(t, store.Migrate(ctx))
+			require.NoError(t, store.CheckSchema(ctx))
+			require.NoError(t, store.Migrate(ctx))
+
+			userInsert(ctx, t, store, "ada@example.com")
+		})
+	})
+}
+
+func TestStore_RateLimitCounter(t *testing.T) {
+	t.Parallel()
+
+	dbtest.Engines(t, func(t *testing.T, newStore func(t *testing.T) db.Store) {
+		window := func(key string, start time.Time, limit int64) *db.RateLimitCounterConsumeParams {
+			return &db.RateLimitCounterConsumeParams{
+				KeyHash:     tokenHash(key),
+				Limit:       limit,
+				WindowEnd:   start.Add(15 * time.Minute),
+				WindowStart: start,
+			}
+		}
+
+		t.Run("Concurrent", func(t *testing.T) {
+			t.Parallel()
+
+			ctx := t.Context()
+			store := newStore(t)
+
+			const workers = 50
+			var (
+				wg     sync.WaitGroup
+				counts = make([]int64, workers)
+				errs   = make([]error, workers)
+				oks    = make([]bool, workers)
+			)
+			for i := range workers {
+				wg.Go(func() {
+					counts[i], oks[i], errs[i] = store.RateLimitCounterConsume(ctx, window("ip", now, 5))
+				})
+			}
+			wg.Wait()
+
+			seen := make(map[int64]bool)
+			for i := range workers {
+				require.NoError(t, errs[i])
+				if oks[i] {
+					require.False(t, seen[counts[i]], "count %d returned twice", counts[i])
+					seen[counts[i]] = true
+				}
+			}
+			require.Equal(t, map[int64]bool{1: true, 2: true, 3: true, 4: true, 5: true}, seen)
+		})
+
+		t.Run("ConsumeToLimit", func(t *testing.T) {
+			t.Parallel()
+
+			ctx := t.Context()
+			store := newStore(t)
+
+			for want := int64(1); want <= 3; want++ {
+				count, ok, err := store.RateLimitCounterConsume(ctx, window("ip", now, 3))
+				require.NoError(t, err)
+				require.True(t, ok)
+				require.Equal(t, want, count)
+			}
+
+			count, ok, err := store.RateLimitCounterConsume(ctx, window("ip", now, 3))
+			require.NoError(t, err)
+			require.False(t, ok)
+			require.Equal(t, int64(3), count)
+
+			// Other keys and the next window count from 1.
+			count, ok, err = store.RateLimitCounterConsume(ctx, window("email", now, 3))
+			require.NoError(t, err)
+			require.True(t, ok)
+			require.Equal(t, int64(1), count)
+
+			count, ok, err = store.RateLimitCounterConsume(ctx, window("ip", now.Add(15*time.Minute), 3))
+			require.NoError(t, err)
+			require.True(t, ok)
+			require.Equal(t, int64(1), count)
+		})
+
+		t.Run("DeleteExpired", func(t *testing.T) {
+			t.Parallel()
+
+			ctx := t.Context()
+			store := newStore(t)
+
+			for i := range 5 {
+				_, _, err := store.RateLimitCounterConsume(ctx, window(fmt.Sprintf("old%d", i), now.Add(-time.Hour), 5))
+				require.NoError(t, err)
+			}
+			_, _, err := store.RateLimitCounterConsume(ctx, window("current", now, 5))
+			require.NoError(t, err)
+
+			for _, want := range []int64{2, 2, 1, 0} {
+				deleted, err := store.RateLimitCounterDeleteExpired(ctx, now, 2)
+				require.NoError(t, err)
+				require.Equal(t, want, deleted)
+			}
+
+			// The current window was kept.
+			count, _, err := store.RateLimitCounterConsume(ctx, window("current", now, 5))
+			require.NoError(t, err)
+			require.Equal(t, int64(2), count)
+		})
+
+		t.Run("RefusedNotCounted", func(t *testing.T) {
+			t.Parallel()
+
+			ctx := t.Context()
+			store := newStore(t)
+
+			for range 2 {
+				_, ok, err := store.RateLimitCounterConsume(ctx, window("ip", now, 2))
+				require.NoError(t, err)
+				require.True(t, ok)
+			}
+			for range 3 {
+				_, ok, err := store.RateLimitCounterConsume(ctx, window("ip", now, 2))
+				require.NoError(t, err)
+				require.False(t, ok)
+			}
+
+			// Under a higher limit the count goes on from 2: the refusals were not counted.
+			count, ok, err := store.RateLimitCounterConsume(ctx, window("ip", now, 10))
+			require.NoError(t, err)
+			require.True(t, ok)
+			require.Equal(t, int64(3), count)
+		})
+	})
+}
+
+func TestStore_SendPacerReserve(t *testing.T) {
+	t.Parallel()
+
+	dbtest.Engines(t, func(t *testing.T, newStore func(t *testing.T) db.Store) {
+		const interval = 500 * time.Millisecond
+
+		t.Run("InvalidInterval", func(t *testing.T) {
+			t.Parallel()
+
+			store := newStore(t)
+
+			_, err := store.SendPacerReserve(t.Context(), "resend", 0, now)
+			require.Error(t, err)
+		})
+
+		t.Run("NamesIndependent", func(t *testing.T) {
+			t.Parallel()
+
+			ctx := t.Context()
+			store := newStore(t)
+
+			_, err := store.SendPacerReserve(ctx, "a", interval, now)
+			require.NoError(t, err)
+
+			slot, err := store.SendPacerReserve(ctx, "b", interval, now)
+			require.NoError(t, err)
+			requireTimeEqual(t, now, &slot)
+		})
+
+		t.Run("NeverBeforeNow", func(t *testing.T) {
+			t.Parallel()
+
+			ctx := t.Context()
+			store := newStore(t)
+
+			_, err := store.SendPacerReserve(ctx, "resend", interval, now)
+			require.NoError(t, err)
+
+			// After an idle spell, the next slot is now, not a burst of missed slots.
+			later := now.Add(time.Minute)
+			slot, err := store.SendPacerReserve(ctx, "resend", interval, later)
+			require.NoError(t, err)
+			requireTimeEqual(t, later, &slot)
+
+			slot, err = store.SendPacerReserve(ctx, "resend", interval, later)
+			require.NoError(t, err)
+			requireTimeEqual(t, later.Add(interval), &slot)
+		})
+
+		t.Run("Spacing", func(t *testing.T) {
+			t.Parallel()
+
+			ctx := t.Context()
+			store := newStore(t)
+
+			for i := range 4 {
+				slot, err := store.SendPacerReserve(ctx, "resend", interval, now)
+				require.NoError(t, err)
+				requireTimeEqual(t, now.Add(time.Duration(i)*interval), &slot)
+			}
+		})
+
+		t.Run("SpacingConcurrent", func(t *testing.T) {
+			t.Parallel()
+
+			ctx := t.Context()
+			store := newStore(t)
+
+			const workers = 10
+			var (
+				wg    sync.WaitGroup
+				errs  = make([]error, workers)
+				slots = make([]time.Time, workers)
+			)
+			for i := range workers {
+				wg.Go(func() {
+					slots[i], errs[i] = store.SendPacerReserve(ctx, "resend", interval, now)
+				})
+			}
+			wg.Wait()
+
+			seen := make(map[time.Duration]bool)
+			for i := range workers {
+				require.NoError(t, errs[i])
+				seen[slots[i].Sub(now)] = true
+			}
+			for i := range workers {
+				require.True(t, seen[time.Duration(i)*interval], "no slot at now+%s", time.Duration(i)*interval)
+			}
+		})
+	})
+}
+
+func TestStore_User(t *testing.T) {
+	t.Parallel()
+
+	dbtest.Engines(t, func(t *testing.T, newStore func(t *testing.T) db.Store) {
+		type testBundle struct {
+			store db.Store
+			user  *db.User
+		}
+
+		setup := func(t *testing.T) (*testBundle, context.Context) {
+			t.Helper()
+
+			ctx := t.Context()
+			store := newStore(t)
+			return &testBundle{
+				store: store,
+				user:  userInsert(ctx, t, store, "ada@example.com"),
+			}, ctx
+		}
+
+		t.Run("GetByEmail", func(t *testing.T) {
+			t.Parallel()
+
+			bundle, ctx := setup(t)
+
+			user, err := bundle.store.UserGetByEmail(ctx, "ada@example.com")
+			require.NoError(t, err)
+			require.Equal(t, bundle.user, user)
+
+			_, err = bundle.store.UserGetByEmail(ctx, "grace@example.com")
+			require.ErrorIs(t, err, db.ErrNotFound)
+		})
+
+		t.Run("GetByID", func(t *testing.T) {
+			t.Parallel()
+
+			bundle, ctx := setup(t)
+
+			user, err := bundle.store.UserGetByID(ctx, bundle.user.ID)
+			require.NoError(t, err)
+			require.Equal(t, bundle.user, user)
+
+			_, err = bundle.store.UserGetByID(ctx, bundle.user.ID+1000)
+			require.ErrorIs(t, err, db.ErrNotFound)
+		})
+
+		t.Run("Insert", func(t *testing.T) {
+			t.Parallel()
+
+			bundle, _ := setup(t)
+
+			require.NotZero(t, bundle.user.ID)
+			require.Equal(t, "ada@example.com", bundle.user.Email)
+			require.Equal(t, "Ada", bundle.user.Name)
+			require.Equal(t, "hash", bundle.user.PasswordHash)
+			require.Nil(t, bundle.user.EmailVerifiedAt)
+			require.Nil(t, bundle.user.UnsubscribedAt)
+			requireTimeEqual(t, now, &bundle.user.CreatedAt)
+			requireTimeEqual(t, now, &bundle.user.UpdatedAt)
+			require.Equal(t, time.UTC, bundle.user.CreatedAt.Location())
+		})
+
+		t.Run("InsertDuplicate", func(t *testing.T) {
+			t.Parallel()
+
+			bundle, ctx := setup(t)
+
+			_, err := bundle.store.UserInsert(ctx, &db.UserInsertParams{Email: "ada@example.com", Now: now, PasswordHash: "other"})
+			require.ErrorIs(t, err, db.ErrEmailTaken)
+
+			user, err := bundle.store.UserGetByEmail(ctx, "ada@example.com")
+			require.NoError(t, err)
+			require.Equal(t, "hash", user.PasswordHash)
+		})
+
+		t.Run("MarkEmailVerified", func(t *testing.T) {
+			t.Parallel()
+
+			bundle, ctx := setup(t)
+
+			require.NoError(t, bundle.store.UserMarkEmailVerified(ctx, bundle.user.ID, now.Add(time.Minute)))
+			require.NoError(t, bundle.store.UserMarkEmailVerified(ctx, bundle.user.ID, now.Add(time.Hour)))
+
+			user, err := bundle.store.UserGetByID(ctx, bundle.user.ID)
+			require.NoError(t, err)
+			requireTimeEqual(t, now.Add(time.Minute), user.EmailVerifiedAt) // the first verification stays
+
+			require.ErrorIs(t, bundle.store.UserMarkEmailVerified(ctx, bundle.user.ID+1000, now), db.ErrNotFound)
+		})
+
+		t.Run("SetPassword", func(t *testing.T) {
+			t.Parallel()
+
+			bundle, ctx := setup(t)
+
+			require.NoError(t, bundle.store.UserSetPassword(ctx, bundle.user.ID, "new", now.Add(time.Minute)))
+
+			user, err := bundle.store.UserGetByID(ctx, bundle.user.ID)
+			require.NoError(t, err)
+			require.Equal(t, "new", user.PasswordHash)
+			requireTimeEqual(t, now.Add(time.Minute), user.EmailVerifiedAt) // a reset proves the mailbox
+			requireTimeEqual(t, now.Add(time.Minute), &user.UpdatedAt)
+
+			require.NoError(t, bundle.store.UserSetPassword(ctx, bundle.user.ID, "newer", now.Add(time.Hour)))
+
+			user, err = bundle.store.UserGetByID(ctx, bundle.user.ID)
+			require.NoError(t, err)
+			require.Equal(t, "newer", user.PasswordHash)
+			requireTimeEqual(t, now.Add(time.Minute), user.EmailVerifiedAt)
+
+			require.ErrorIs(t, bundle.store.UserSetPassword(ctx, bundle.user.ID+1000, "x", now), db.ErrNotFound)
+		})
+
+		t.Run("Unsubscribe", func(t *testing.T) {
+			t.Parallel()
+
+			bundle, ctx := setup(t)
+
+			require.NoError(t, bundle.store.UserUnsubscribe(ctx, bundle.user.ID, now.Add(time.Minute)))
+			require.NoError(t, bundle.store.UserUnsubscribe(ctx, bundle.user.ID, now.Add(time.Hour)))
+
+			user, err := bundle.store.UserGetByID(ctx, bundle.user.ID)
+			require.NoError(t, err)
+			requireTimeEqual(t, now.Add(time.Minute), user.UnsubscribedAt)
+			require.Nil(t, user.EmailVerifiedAt)
+
+			require.ErrorIs(t, bundle.store.UserUnsubscribe(ctx, bundle.user.ID+1000, now), db.ErrNotFound)
+		})
+	})
+}
