@@ -1,0 +1,86 @@
+package abuse_test
+
+import (
+	"fmt"
+	"net/http"
+	"net/netip"
+	"time"
+
+	"github.com/postguard/postguard/api/abuse"
+)
+
+func ExampleParseLimit() {
+	limit, window, err := abuse.ParseLimit("5/15m")
+	fmt.Println(limit, window, err)
+
+	_, _, err = abuse.ParseLimit("0/15m")
+	fmt.Println(err)
+	// Output:
+	// 5 15m0s <nil>
+	// invalid rate limit "0/15m": limit 0 must be at least 1: want N/DURATION with N ≥ 1 and DURATION ≥ 1s in whole seconds, e.g. 5/15m or 3/1h
+}
+
+// The config loader overrides rules from RATE_LIMIT_<ACTION>_<SCOPE> (os.LookupEnv in
+// production).
+func ExampleRules_WithEnv() {
+	env := map[string]string{"RATE_LIMIT_REGISTER_IP": "20/1h"}
+	rules, err := abuse.DefaultRules().WithEnv(func(key string) (string, bool) {
+		v, ok := env[key]
+		return v, ok
+	})
+	if err != nil {
+		panic(err)
+	}
+	for _, rule := range rules.All() {
+		fmt.Printf("%-38s %d/%s\n", rule.EnvName(), rule.Limit, rule.Window)
+	}
+	// Output:
+	// RATE_LIMIT_REGISTER_IP                 20/1h0m0s
+	// RATE_LIMIT_REGISTER_EMAIL              3/1h0m0s
+	// RATE_LIMIT_FORGOT_PASSWORD_IP          5/15m0s
+	// RATE_LIMIT_FORGOT_PASSWORD_EMAIL       3/1h0m0s
+	// RATE_LIMIT_RESEND_VERIFICATION_IP      6/15m0s
+	// RATE_LIMIT_RESEND_VERIFICATION_EMAIL   3/30m0s
+}
+
+func ExampleIPResolver_ClientIP() {
+	trusted, err := abuse.ParseTrustedProxies("10.0.0.0/8")
+	if err != nil {
+		panic(err)
+	}
+	resolver := abuse.NewIPResolver(trusted)
+
+	h := http.Header{}
+	h.Add("X-Forwarded-For", "6.6.6.6, 198.51.100.7:5678, 10.0.0.2")
+
+	fmt.Println(resolver.ClientIP("10.0.0.1:443", h))     // through the trusted proxy
+	fmt.Println(resolver.ClientIP("203.0.113.9:4431", h)) // straight from the internet: headers ignored
+	// Output:
+	// 198.51.100.7
+	// 203.0.113.9
+}
+
+func ExampleBucketKey() {
+	fmt.Println(abuse.BucketKey(netip.MustParseAddr("::ffff:192.0.2.7")))
+	fmt.Println(abuse.BucketKey(netip.MustParseAddr("2001:db8:1:2:3:4:5:6")))
+	// Output:
+	// 192.0.2.7
+	// 2001:db8:1:2::/64
+}
+
+func ExampleDecision_SetHeaders() {
+	d := &abuse.Decision{
+		Allowed:    false,
+		Rule:       abuse.Rule{Action: abuse.ActionRegister, Scope: abuse.ScopeIP, Limit: 5, Window: 15 * time.Minute},
+		ResetAfter: 540 * time.Second,
+	}
+	h := http.Header{}
+	d.SetHeaders(h)
+	for _, name := range []string{"RateLimit-Policy", "RateLimit", "Retry-After"} {
+		fmt.Printf("%s: %s\n", name, h.Get(name))
+	}
+	// Output:
+	// RateLimit-Policy: "register-ip";q=5;w=900
+	// RateLimit: "register-ip";r=0;t=540
+	// Retry-After: 540
+}

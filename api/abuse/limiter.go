@@ -1,0 +1,253 @@
+package abuse
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/postguard/postguard/db"
+)
+
+// DefaultDenyCacheSize is the number of refused (key, window) pairs a Limiter remembers when
+// LimiterConfig.DenyCacheSize is 0.
+const DefaultDenyCacheSize = 10_000
+
+// Consumer spends one request of a counter's window in one atomic statement. db.Store implements
+// it; ok is false (and nothing counted) when the window is at its limit.
+type Consumer interface {
+	RateLimitCounterConsume(ctx context.Context, params *db.RateLimitCounterConsumeParams) (count int64, ok bool, err error)
+}
+
+// LimiterConfig holds a Limiter's optional settings. A nil *LimiterConfig takes every default.
+type LimiterConfig struct {
+	// NowFunc returns the current time; time.Now when nil. Tests stub it.
+	NowFunc func() time.Time
+
+	// DenyCacheSize bounds the in-process cache of refused (key, window) pairs, which answers a
+	// repeat refusal without the database (a refusal is final until its window ends). 0 means
+	// DefaultDenyCacheSize; a negative value disables the cache.
+	DenyCacheSize int
+
+	// Registerer, when set, receives postguard_rate_limit_decisions_total{action,scope,outcome}
+	// (outcome "allowed" or "refused"; refusals answered by the cache count as refused). A
+	// collector already registered under that name (a second Limiter) is reused.
+	Registerer prometheus.Registerer
+}
+
+// Limiter enforces Rules with fixed-window counters in the database, shared by every process
+// that uses the same database and secret. It is safe for concurrent use.
+type Limiter struct {
+	store   Consumer
+	keys    *keyer
+	now     func() time.Time
+	denied  *denyCache // nil when disabled
+	actions map[Action]actionRules
+}
+
+// actionRules are the rules of one action, each with its metric counters resolved up front.
+type actionRules struct {
+	ip, email *limiterRule
+}
+
+type limiterRule struct {
+	Rule
+	allowed, refused prometheus.Counter // nil without a Registerer
+}
+
+// NewLimiter returns a Limiter that counts through store, keys counters with secret (APP_SECRET)
+// and enforces rules. It panics when store is nil, secret is empty or a rule is invalid
+// (Rules.Validate): those are wiring mistakes, caught by the config loader before this runs.
+func NewLimiter(store Consumer, secret []byte, rules Rules, config *LimiterConfig) *Limiter {
+	if store == nil {
+		panic("abuse.NewLimiter: nil store")
+	}
+	if len(secret) == 0 {
+		panic("abuse.NewLimiter: empty secret (rate-limit keys would be unkeyed hashes of IPs and emails)")
+	}
+	if err := rules.Validate(); err != nil {
+		panic("abuse.NewLimiter: " + err.Error())
+	}
+	if config == nil {
+		config = &LimiterConfig{}
+	}
+
+	l := &Limiter{
+		store:   store,
+		keys:    newKeyer(secret),
+		now:     config.NowFunc,
+		actions: make(map[Action]actionRules),
+	}
+	if l.now == nil {
+		l.now = time.Now
+	}
+	switch {
+	case config.DenyCacheSize == 0:
+		l.denied = newDenyCache(DefaultDenyCacheSize)
+	case config.DenyCacheSize > 0:
+		l.denied = newDenyCache(config.DenyCacheSize)
+	}
+
+	var decisions *prometheus.CounterVec
+	if config.Registerer != nil {
+		decisions = registerDecisions(config.Registerer)
+	}
+	for _, rule := range rules.All() {
+		lr := &limiterRule{Rule: rule}
+		if decisions != nil {
+			// Resolving the series now makes them exist at 0 before the first request, so
+			// dashboards and rate() see every rule from the start.
+			lr.allowed = decisions.WithLabelValues(string(rule.Action), string(rule.Scope), "allowed")
+			lr.refused = decisions.WithLabelValues(string(rule.Action), string(rule.Scope), "refused")
+		}
+		ar := l.actions[rule.Action]
+		if rule.Scope == ScopeIP {
+			ar.ip = lr
+		} else if rule.Scope == ScopeEmail {
+			ar.email = lr
+		}
+		l.actions[rule.Action] = ar
+	}
+	return l
+}
+
+func registerDecisions(reg prometheus.Registerer) *prometheus.CounterVec {
+	vec := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "postguard_rate_limit_decisions_total",
+		Help: "Rate-limit checks by action, scope and outcome (allowed or refused).",
+	}, []string{"action", "scope", "outcome"})
+	if err := reg.Register(vec); err != nil {
+		var already prometheus.AlreadyRegisteredError
+		if errors.As(err, &already) {
+			if existing, ok := already.ExistingCollector.(*prometheus.CounterVec); ok {
+				return existing
+			}
+		}
+		panic("abuse.NewLimiter: error registering metrics: " + err.Error())
+	}
+	return vec
+}
+
+// Decision is the answer of Limiter.Allow: when refused, the rule that refused; when allowed,
+// the checked rule with the fewest requests remaining (on a tie, the one resetting later).
+type Decision struct {
+	// Allowed is true when every rule let the request through.
+	Allowed bool
+	// Rule is the rule the decision is about. It is the zero Rule only when no rule applied.
+	Rule Rule
+	// Remaining is how many more requests Rule allows in its current window (0 when refused).
+	Remaining int64
+	// ResetAfter is the time until Rule's current window ends.
+	ResetAfter time.Duration
+}
+
+// RetryAfterSeconds is ResetAfter in whole seconds, rounded up and at least 1: the Retry-After
+// of a refusal.
+func (d *Decision) RetryAfterSeconds() int64 {
+	return ceilSeconds(d.ResetAfter)
+}
+
+// SetHeaders writes the IETF draft's (draft-ietf-httpapi-ratelimit-headers) structured fields
+// for Rule, e.g.
+//
+//	RateLimit-Policy: "register-ip";q=5;w=900
+//	RateLimit: "register-ip";r=0;t=540
+//
+// and, when the request was refused, Retry-After in whole seconds (at least 1). It writes nothing
+// when no rule applied.
+func (d *Decision) SetHeaders(h http.Header) {
+	if d.Rule.Limit <= 0 {
+		return
+	}
+	name := strconv.Quote(d.Rule.PolicyName()) // [a-z0-9-]: a valid sf-string as Go quotes it
+	h.Set("RateLimit-Policy", name+
+		";q="+strconv.FormatInt(d.Rule.Limit, 10)+
+		";w="+strconv.FormatInt(int64(d.Rule.Window/time.Second), 10))
+	reset := strconv.FormatInt(d.RetryAfterSeconds(), 10)
+	h.Set("RateLimit", name+";r="+strconv.FormatInt(d.Remaining, 10)+";t="+reset)
+	if !d.Allowed {
+		h.Set("Retry-After", reset)
+	}
+}
+
+// Allow spends one request of action for a client IP and, unless email is "", an email address
+// (already normalised by the caller). The IP rule is checked first, then the email rule; the
+// first refusal answers. A rule never counts a request it refuses, but a request the email rule
+// refuses has spent its IP allowance. Each check is one atomic database statement, unless the
+// in-process deny cache already knows the window is exhausted. A scope the rules leave out is not
+// limited; an action without any rule is an error. Allow returns an error only when the store
+// fails (wrapped); the caller chooses whether to fail open or closed.
+func (l *Limiter) Allow(ctx context.Context, action Action, ip netip.Addr, email string) (*Decision, error) {
+	ar, ok := l.actions[action]
+	if !ok {
+		return nil, fmt.Errorf("no rate-limit rule for action %q", action)
+	}
+	now := l.now()
+
+	var answer *Decision
+	if ar.ip != nil {
+		d, err := l.check(ctx, ar.ip, BucketKey(ip), now)
+		if err != nil || !d.Allowed {
+			return d, err
+		}
+		answer = d
+	}
+	if ar.email != nil && email != "" {
+		d, err := l.check(ctx, ar.email, email, now)
+		if err != nil || !d.Allowed {
+			return d, err
+		}
+		if answer == nil || d.Remaining < answer.Remaining ||
+			(d.Remaining == answer.Remaining && d.ResetAfter > answer.ResetAfter) {
+			answer = d
+		}
+	}
+	if answer == nil { // only an email rule, and no email
+		answer = &Decision{Allowed: true}
+	}
+	return answer, nil
+}
+
+// check spends one request of rule for value.
+func (l *Limiter) check(ctx context.Context, rule *limiterRule, value string, now time.Time) (*Decision, error) {
+	win := windowAt(now, rule.Window)
+	key := l.keys.key(rule.Action, rule.Scope, value)
+	d := &Decision{Rule: rule.Rule, ResetAfter: win.end.Sub(now)}
+
+	if l.denied != nil && l.denied.contains(key, win.start, now) {
+		observe(rule.refused)
+		return d, nil
+	}
+
+	count, ok, err := l.store.RateLimitCounterConsume(ctx, &db.RateLimitCounterConsumeParams{
+		KeyHash:     key[:],
+		WindowStart: win.start,
+		WindowEnd:   win.end,
+		Limit:       rule.Limit,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("error consuming rate limit %s: %w", rule.PolicyName(), err)
+	}
+	if !ok {
+		if l.denied != nil {
+			l.denied.add(key, win.start, win.end)
+		}
+		observe(rule.refused)
+		return d, nil
+	}
+	observe(rule.allowed)
+	d.Allowed = true
+	d.Remaining = max(rule.Limit-count, 0)
+	return d, nil
+}
+
+func observe(c prometheus.Counter) {
+	if c != nil {
+		c.Inc()
+	}
+}

@@ -1,0 +1,243 @@
+package abuse
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/postguard/postguard/db"
+	"github.com/postguard/postguard/db/dbtest"
+)
+
+// counterRow is one row of rate_limit_counters, times in Unix microseconds, plus every column
+// rendered as text for the no-raw-values check.
+type counterRow struct {
+	KeyHash     []byte
+	WindowStart int64
+	WindowEnd   int64
+	Count       int64
+	LimitCount  int64
+	Text        string
+}
+
+// counterRows reads rate_limit_counters through the engine's own handle.
+func counterRows(t *testing.T, store db.Store) []counterRow {
+	t.Helper()
+
+	var rows []counterRow
+	switch s := store.(type) {
+	case interface{ Pool() *pgxpool.Pool }:
+		pgRows, err := s.Pool().Query(t.Context(), `
+			SELECT key_hash,
+			       (extract(epoch FROM window_start) * 1000000)::bigint,
+			       (extract(epoch FROM window_end) * 1000000)::bigint,
+			       count,
+			       limit_count,
+			       concat_ws('|', encode(key_hash, 'escape'), window_start, window_end, count, limit_count)
+			FROM rate_limit_counters`)
+		require.NoError(t, err)
+		defer pgRows.Close()
+		for pgRows.Next() {
+			var r counterRow
+			require.NoError(t, pgRows.Scan(&r.KeyHash, &r.WindowStart, &r.WindowEnd, &r.Count, &r.LimitCount, &r.Text))
+			rows = append(rows, r)
+		}
+		require.NoError(t, pgRows.Err())
+	case interface{ DB() *sql.DB }:
+		sqlRows, err := s.DB().QueryContext(t.Context(), `
+			SELECT key_hash, window_start, window_end, count, limit_count,
+			       CAST(key_hash AS TEXT) || '|' || window_start || '|' || window_end || '|' || count || '|' || limit_count
+			FROM rate_limit_counters`)
+		require.NoError(t, err)
+		defer sqlRows.Close()
+		for sqlRows.Next() {
+			var r counterRow
+			require.NoError(t, sqlRows.Scan(&r.KeyHash, &r.WindowStart, &r.WindowEnd, &r.Count, &r.LimitCount, &r.Text))
+			rows = append(rows, r)
+		}
+		require.NoError(t, sqlRows.Err())
+	default:
+		t.Fatalf("unknown store %T", store)
+	}
+	return rows
+}
+
+func findCounter(rows []counterRow, key keyHash) *counterRow {
+	for i := range rows {
+		if bytes.Equal(rows[i].KeyHash, key[:]) {
+			return &rows[i]
+		}
+	}
+	return nil
+}
+
+func TestLimiter_AllowStore(t *testing.T) {
+	t.Parallel()
+
+	dbtest.Engines(t, func(t *testing.T, newStore func(t *testing.T) db.Store) {
+		type testBundle struct {
+			clock *stubClock
+			store db.Store
+			keys  *keyer
+		}
+
+		setup := func(t *testing.T, config *LimiterConfig) (*Limiter, *testBundle) {
+			t.Helper()
+
+			bundle := &testBundle{
+				clock: &stubClock{now: windowBase.Add(90 * time.Second)},
+				store: newStore(t),
+				keys:  newKeyer(testSecret),
+			}
+			if config == nil {
+				config = &LimiterConfig{}
+			}
+			config.NowFunc = bundle.clock.Now
+			return NewLimiter(bundle.store, testSecret, DefaultRules(), config), bundle
+		}
+
+		t.Run("ConcurrentOneIP", func(t *testing.T) {
+			t.Parallel()
+
+			for _, cacheSize := range []int{-1, 0} {
+				l, bundle := setup(t, &LimiterConfig{DenyCacheSize: cacheSize})
+
+				var (
+					allowed, refused int
+					mu               sync.Mutex
+					wg               sync.WaitGroup
+				)
+				for range 50 {
+					wg.Go(func() {
+						d, err := l.Allow(context.Background(), ActionRegister, clientIP, "")
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						mu.Lock()
+						defer mu.Unlock()
+						if d.Allowed {
+							allowed++
+						} else {
+							refused++
+						}
+					})
+				}
+				wg.Wait()
+				require.Equal(t, 5, allowed, "deny cache size %d", cacheSize)
+				require.Equal(t, 45, refused)
+
+				rows := counterRows(t, bundle.store)
+				require.Len(t, rows, 1)
+				row := rows[0]
+				require.Equal(t, int64(5), row.Count, "a refused request is never counted")
+				require.Equal(t, int64(5), row.LimitCount)
+				require.Equal(t, windowBase.UnixMicro(), row.WindowStart)
+				require.Equal(t, windowBase.Add(15*time.Minute).UnixMicro(), row.WindowEnd)
+			}
+		})
+
+		t.Run("EmailRefusalSpendsIPAllowance", func(t *testing.T) {
+			t.Parallel()
+
+			l, bundle := setup(t, nil)
+			ctx := context.Background()
+
+			for i := range 3 {
+				d, err := l.Allow(ctx, ActionRegister, netip.AddrFrom4([4]byte{203, 0, 113, byte(i)}), "alice@example.com")
+				require.NoError(t, err)
+				require.True(t, d.Allowed)
+			}
+			d, err := l.Allow(ctx, ActionRegister, clientIP, "alice@example.com")
+			require.NoError(t, err)
+			require.False(t, d.Allowed)
+			require.Equal(t, ScopeEmail, d.Rule.Scope)
+			require.Equal(t, time.Hour-90*time.Second, d.ResetAfter)
+
+			rows := counterRows(t, bundle.store)
+			ipRow := findCounter(rows, bundle.keys.key(ActionRegister, ScopeIP, "198.51.100.7"))
+			require.NotNil(t, ipRow)
+			require.Equal(t, int64(1), ipRow.Count, "the refused request spent its IP allowance")
+			emailRow := findCounter(rows, bundle.keys.key(ActionRegister, ScopeEmail, "alice@example.com"))
+			require.NotNil(t, emailRow)
+			require.Equal(t, int64(3), emailRow.Count, "the email rule did not count its refusal")
+			require.Equal(t, windowBase.Add(time.Hour).UnixMicro(), emailRow.WindowEnd)
+
+			for _, row := range rows {
+				require.LessOrEqual(t, row.Count, row.LimitCount)
+			}
+		})
+
+		t.Run("DenyCacheAnswersWithoutStore", func(t *testing.T) {
+			t.Parallel()
+
+			store := newStore(t)
+			counting := &countingConsumer{Consumer: store}
+			clock := &stubClock{now: windowBase}
+			l := NewLimiter(counting, testSecret, DefaultRules(), &LimiterConfig{NowFunc: clock.Now})
+			ctx := context.Background()
+
+			for i := range 7 {
+				d, err := l.Allow(ctx, ActionResendVerification, clientIP, "")
+				require.NoError(t, err)
+				require.Equal(t, i < 6, d.Allowed)
+			}
+			require.Equal(t, int64(7), counting.calls.Load())
+
+			for range 10 {
+				d, err := l.Allow(ctx, ActionResendVerification, clientIP, "")
+				require.NoError(t, err)
+				require.False(t, d.Allowed)
+				require.Equal(t, 15*time.Minute, d.ResetAfter)
+			}
+			require.Equal(t, int64(7), counting.calls.Load(), "repeat refusals answered from the cache")
+
+			// Next window: back to the database, and allowed.
+			clock.Set(windowBase.Add(15 * time.Minute))
+			d, err := l.Allow(ctx, ActionResendVerification, clientIP, "")
+			require.NoError(t, err)
+			require.True(t, d.Allowed)
+			require.Equal(t, int64(8), counting.calls.Load())
+			require.Len(t, counterRows(t, store), 2, "one row per window")
+		})
+
+		t.Run("CountersHoldNoRawValues", func(t *testing.T) {
+			t.Parallel()
+
+			l, bundle := setup(t, nil)
+			ctx := context.Background()
+
+			ipv6 := netip.MustParseAddr("2001:db8:1:2::beef")
+			_, err := l.Allow(ctx, ActionForgotPassword, clientIP, "alice@example.com")
+			require.NoError(t, err)
+			_, err = l.Allow(ctx, ActionRegister, ipv6, "bob.smith@example.org")
+			require.NoError(t, err)
+
+			rows := counterRows(t, bundle.store)
+			require.Len(t, rows, 4)
+			for _, row := range rows {
+				require.Len(t, row.KeyHash, 32)
+				for _, raw := range []string{"198.51.100.7", "alice", "example", "2001:db8", "bob.smith"} {
+					require.NotContains(t, strings.ToLower(row.Text), raw)
+					require.NotContains(t, string(row.KeyHash), raw)
+				}
+			}
+			for _, key := range []keyHash{
+				bundle.keys.key(ActionForgotPassword, ScopeIP, "198.51.100.7"),
+				bundle.keys.key(ActionForgotPassword, ScopeEmail, "alice@example.com"),
+				bundle.keys.key(ActionRegister, ScopeIP, "2001:db8:1:2::/64"),
+				bundle.keys.key(ActionRegister, ScopeEmail, "bob.smith@example.org"),
+			} {
+				require.NotNil(t, findCounter(rows, key), "rows are keyed by HMAC")
+			}
+		})
+	})
+}

@@ -1,0 +1,476 @@
+package abuse
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/postguard/postguard/db"
+)
+
+var testSecret = []byte("test secret: 32 bytes or more....")
+
+// memConsumer is the counter statement's semantics in memory (insert at 1, or increment while
+// below the limit), for the pure tests of window math and decisions. The same behaviours run
+// against both real engines in limiter_db_test.go.
+type memConsumer struct {
+	mu     sync.Mutex
+	counts map[memKey]int64
+	calls  atomic.Int64
+	params []db.RateLimitCounterConsumeParams
+	err    error
+}
+
+type memKey struct {
+	key   string
+	start int64
+}
+
+func newMemConsumer() *memConsumer {
+	return &memConsumer{counts: make(map[memKey]int64)}
+}
+
+func (m *memConsumer) RateLimitCounterConsume(_ context.Context, params *db.RateLimitCounterConsumeParams) (int64, bool, error) {
+	m.calls.Add(1)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.params = append(m.params, *params)
+	if m.err != nil {
+		return 0, false, m.err
+	}
+	k := memKey{string(params.KeyHash), params.WindowStart.UnixNano()}
+	if m.counts[k] >= params.Limit {
+		return 0, false, nil
+	}
+	m.counts[k]++
+	return m.counts[k], true, nil
+}
+
+// countingConsumer wraps a Consumer and counts the calls that reach it.
+type countingConsumer struct {
+	Consumer
+	calls atomic.Int64
+}
+
+func (c *countingConsumer) RateLimitCounterConsume(ctx context.Context, params *db.RateLimitCounterConsumeParams) (int64, bool, error) {
+	c.calls.Add(1)
+	return c.Consumer.RateLimitCounterConsume(ctx, params)
+}
+
+// stubClock is a settable clock for NowFunc.
+type stubClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *stubClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *stubClock) Set(t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = t
+}
+
+// windowBase is aligned on 15 minutes, 30 minutes and an hour.
+var windowBase = time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)
+
+var (
+	clientIP  = netip.MustParseAddr("198.51.100.7")
+	clientIP2 = netip.MustParseAddr("198.51.100.8")
+)
+
+func TestLimiter_Allow(t *testing.T) {
+	t.Parallel()
+
+	type testBundle struct {
+		clock    *stubClock
+		consumer *memConsumer
+		registry *prometheus.Registry
+	}
+
+	setup := func(t *testing.T, config *LimiterConfig) (*Limiter, *testBundle) {
+		t.Helper()
+
+		bundle := &testBundle{
+			clock:    &stubClock{now: windowBase},
+			consumer: newMemConsumer(),
+			registry: prometheus.NewRegistry(),
+		}
+		if config == nil {
+			config = &LimiterConfig{}
+		}
+		config.NowFunc = bundle.clock.Now
+		config.Registerer = bundle.registry
+		return NewLimiter(bundle.consumer, testSecret, DefaultRules(), config), bundle
+	}
+
+	ctx := context.Background()
+
+	allow := func(t *testing.T, l *Limiter, action Action, ip netip.Addr, email string) *Decision {
+		t.Helper()
+		d, err := l.Allow(ctx, action, ip, email)
+		require.NoError(t, err)
+		return d
+	}
+
+	t.Run("WindowEdges", func(t *testing.T) {
+		t.Parallel()
+
+		l, bundle := setup(t, nil)
+
+		// Exactly at the window start: the whole window remains.
+		d := allow(t, l, ActionRegister, clientIP, "")
+		require.True(t, d.Allowed)
+		require.Equal(t, int64(4), d.Remaining)
+		require.Equal(t, 15*time.Minute, d.ResetAfter)
+
+		for range 4 {
+			require.True(t, allow(t, l, ActionRegister, clientIP, "").Allowed)
+		}
+
+		bundle.clock.Set(windowBase.Add(6 * time.Minute))
+		d = allow(t, l, ActionRegister, clientIP, "")
+		require.False(t, d.Allowed)
+		require.Equal(t, 9*time.Minute, d.ResetAfter)
+		require.Equal(t, int64(540), d.RetryAfterSeconds())
+		h := http.Header{}
+		d.SetHeaders(h)
+		require.Equal(t, `"register-ip";q=5;w=900`, h.Get("RateLimit-Policy"))
+		require.Equal(t, `"register-ip";r=0;t=540`, h.Get("RateLimit"))
+		require.Equal(t, "540", h.Get("Retry-After"))
+
+		// One nanosecond before the end: still refused, retry after 1 second.
+		bundle.clock.Set(windowBase.Add(15*time.Minute - time.Nanosecond))
+		d = allow(t, l, ActionRegister, clientIP, "")
+		require.False(t, d.Allowed)
+		require.Equal(t, time.Nanosecond, d.ResetAfter)
+		require.Equal(t, int64(1), d.RetryAfterSeconds())
+
+		// Exactly at the end: a new window.
+		bundle.clock.Set(windowBase.Add(15 * time.Minute))
+		d = allow(t, l, ActionRegister, clientIP, "")
+		require.True(t, d.Allowed)
+		require.Equal(t, int64(4), d.Remaining)
+		require.Equal(t, 15*time.Minute, d.ResetAfter)
+
+		p := bundle.consumer.params[len(bundle.consumer.params)-1]
+		require.True(t, windowBase.Add(15*time.Minute).Equal(p.WindowStart))
+		require.True(t, windowBase.Add(30*time.Minute).Equal(p.WindowEnd))
+		require.Equal(t, int64(5), p.Limit)
+	})
+
+	t.Run("IPRuleFirstThenEmail", func(t *testing.T) {
+		t.Parallel()
+
+		l, bundle := setup(t, nil)
+
+		// Three requests for one email from three IPs pass; the fourth is refused by the email rule.
+		for i := range 3 {
+			d := allow(t, l, ActionForgotPassword, netip.AddrFrom4([4]byte{203, 0, 113, byte(i)}), "alice@example.com")
+			require.True(t, d.Allowed)
+		}
+		d := allow(t, l, ActionForgotPassword, clientIP, "alice@example.com")
+		require.False(t, d.Allowed)
+		require.Equal(t, ScopeEmail, d.Rule.Scope)
+		require.Equal(t, time.Hour, d.ResetAfter)
+
+		// That refused request spent clientIP's allowance: 4 left, not 5.
+		d = allow(t, l, ActionForgotPassword, clientIP, "")
+		require.True(t, d.Allowed)
+		require.Equal(t, int64(3), d.Remaining)
+		require.Equal(t, ScopeIP, d.Rule.Scope)
+
+		calls := bundle.consumer.calls.Load()
+		// IP allowance now spent (2 used + 3 more); the IP refusal answers before the email rule.
+		for range 3 {
+			require.True(t, allow(t, l, ActionForgotPassword, clientIP, "").Allowed)
+		}
+		d = allow(t, l, ActionForgotPassword, clientIP, "bob@example.com")
+		require.False(t, d.Allowed)
+		require.Equal(t, ScopeIP, d.Rule.Scope)
+		require.Equal(t, calls+3+1, bundle.consumer.calls.Load(), "email rule not checked after an IP refusal")
+
+		// bob's email counter was never touched: bob from elsewhere has all 3.
+		d = allow(t, l, ActionForgotPassword, clientIP2, "bob@example.com")
+		require.True(t, d.Allowed)
+		require.Equal(t, int64(2), d.Remaining)
+	})
+
+	t.Run("EmptyEmailSkipsEmailRule", func(t *testing.T) {
+		t.Parallel()
+
+		l, bundle := setup(t, nil)
+
+		d := allow(t, l, ActionResendVerification, clientIP, "")
+		require.True(t, d.Allowed)
+		require.Equal(t, ScopeIP, d.Rule.Scope)
+		require.Equal(t, int64(5), d.Remaining)
+		require.Equal(t, int64(1), bundle.consumer.calls.Load())
+	})
+
+	t.Run("AllowedShowsLeastRemaining", func(t *testing.T) {
+		t.Parallel()
+
+		l, _ := setup(t, nil)
+
+		// IP: 5/15m → 4 left; email: 3/1h → 2 left.
+		d := allow(t, l, ActionRegister, clientIP, "alice@example.com")
+		require.True(t, d.Allowed)
+		require.Equal(t, ScopeEmail, d.Rule.Scope)
+		require.Equal(t, int64(2), d.Remaining)
+		require.Equal(t, time.Hour, d.ResetAfter)
+
+		// Other IP, spend it down to 1 left while the email has 1 left too: tie → the later reset.
+		for range 3 {
+			allow(t, l, ActionRegister, clientIP2, "")
+		}
+		d = allow(t, l, ActionRegister, clientIP2, "alice@example.com")
+		require.True(t, d.Allowed)
+		require.Equal(t, int64(1), d.Remaining)
+		require.Equal(t, ScopeEmail, d.Rule.Scope)
+
+		// IP has 0 left, email refuses next anyway; with a fresh email the IP rule is the tightest.
+		d = allow(t, l, ActionRegister, clientIP2, "carol@example.com")
+		require.True(t, d.Allowed)
+		require.Equal(t, ScopeIP, d.Rule.Scope)
+		require.Equal(t, int64(0), d.Remaining)
+	})
+
+	t.Run("ActionsAndIPv6BucketsAreSeparate", func(t *testing.T) {
+		t.Parallel()
+
+		l, _ := setup(t, nil)
+
+		a := netip.MustParseAddr("2001:db8:1:2::1")
+		b := netip.MustParseAddr("2001:db8:1:2:dead:beef::9") // same /64
+		for range 5 {
+			require.True(t, allow(t, l, ActionRegister, a, "").Allowed)
+		}
+		require.False(t, allow(t, l, ActionRegister, b, "").Allowed, "same /64, same counter")
+		require.True(t, allow(t, l, ActionRegister, netip.MustParseAddr("2001:db8:1:3::1"), "").Allowed, "other /64")
+		require.True(t, allow(t, l, ActionForgotPassword, b, "").Allowed, "other action")
+	})
+
+	t.Run("UnknownAction", func(t *testing.T) {
+		t.Parallel()
+
+		l, bundle := setup(t, nil)
+
+		_, err := l.Allow(ctx, "login", clientIP, "")
+		require.ErrorContains(t, err, `no rate-limit rule for action "login"`)
+		require.Zero(t, bundle.consumer.calls.Load())
+	})
+
+	t.Run("StoreError", func(t *testing.T) {
+		t.Parallel()
+
+		l, bundle := setup(t, nil)
+		bundle.consumer.err = errors.New("connection refused")
+
+		d, err := l.Allow(ctx, ActionRegister, clientIP, "alice@example.com")
+		require.Nil(t, d)
+		require.ErrorIs(t, err, bundle.consumer.err)
+		require.ErrorContains(t, err, "error consuming rate limit register-ip")
+	})
+
+	t.Run("ParamsCarryNoRawValues", func(t *testing.T) {
+		t.Parallel()
+
+		l, bundle := setup(t, nil)
+
+		allow(t, l, ActionRegister, clientIP, "alice@example.com")
+		require.Len(t, bundle.consumer.params, 2)
+		keys := newKeyer(testSecret)
+		ipKey, emailKey := keys.key(ActionRegister, ScopeIP, "198.51.100.7"), keys.key(ActionRegister, ScopeEmail, "alice@example.com")
+		require.Equal(t, ipKey[:], bundle.consumer.params[0].KeyHash)
+		require.Equal(t, emailKey[:], bundle.consumer.params[1].KeyHash)
+		for _, p := range bundle.consumer.params {
+			require.Len(t, p.KeyHash, 32)
+			require.NotContains(t, string(p.KeyHash), "198.51.100.7")
+			require.NotContains(t, string(p.KeyHash), "alice")
+		}
+	})
+
+	t.Run("DenyCache", func(t *testing.T) {
+		t.Parallel()
+
+		l, bundle := setup(t, nil)
+
+		for range 5 {
+			require.True(t, allow(t, l, ActionRegister, clientIP, "").Allowed)
+		}
+		require.False(t, allow(t, l, ActionRegister, clientIP, "").Allowed)
+		require.Equal(t, int64(6), bundle.consumer.calls.Load())
+
+		// Repeat refusals come from the cache, with the same answer.
+		bundle.clock.Set(windowBase.Add(10 * time.Minute))
+		for range 20 {
+			d := allow(t, l, ActionRegister, clientIP, "")
+			require.False(t, d.Allowed)
+			require.Equal(t, 5*time.Minute, d.ResetAfter)
+			require.Equal(t, ScopeIP, d.Rule.Scope)
+		}
+		require.Equal(t, int64(6), bundle.consumer.calls.Load(), "no database call for a cached refusal")
+
+		// Another client is unaffected.
+		require.True(t, allow(t, l, ActionRegister, clientIP2, "").Allowed)
+		require.Equal(t, int64(7), bundle.consumer.calls.Load())
+
+		// The entry ends with its window.
+		bundle.clock.Set(windowBase.Add(15 * time.Minute))
+		require.True(t, allow(t, l, ActionRegister, clientIP, "").Allowed)
+		require.Equal(t, int64(8), bundle.consumer.calls.Load())
+	})
+
+	t.Run("DenyCacheEmailRefusal", func(t *testing.T) {
+		t.Parallel()
+
+		l, bundle := setup(t, nil)
+
+		for i := range 4 {
+			allow(t, l, ActionRegister, netip.AddrFrom4([4]byte{203, 0, 113, byte(i)}), "alice@example.com")
+		}
+		calls := bundle.consumer.calls.Load()
+		// A cached email refusal still spends the IP allowance through the database.
+		d := allow(t, l, ActionRegister, clientIP, "alice@example.com")
+		require.False(t, d.Allowed)
+		require.Equal(t, ScopeEmail, d.Rule.Scope)
+		require.Equal(t, calls+1, bundle.consumer.calls.Load())
+	})
+
+	t.Run("DenyCacheDisabled", func(t *testing.T) {
+		t.Parallel()
+
+		l, bundle := setup(t, &LimiterConfig{DenyCacheSize: -1})
+
+		for range 10 {
+			allow(t, l, ActionRegister, clientIP, "")
+		}
+		require.Equal(t, int64(10), bundle.consumer.calls.Load())
+	})
+
+	t.Run("Metrics", func(t *testing.T) {
+		t.Parallel()
+
+		l, bundle := setup(t, nil)
+
+		for range 7 {
+			allow(t, l, ActionRegister, clientIP, "") // 5 allowed, 1 refused by the store, 1 by the cache
+		}
+		allow(t, l, ActionForgotPassword, clientIP, "alice@example.com")
+
+		vec := func(action, scope, outcome string) float64 {
+			return decisionsCount(t, bundle.registry, action, scope, outcome)
+		}
+		require.InDelta(t, 5, vec("register", "ip", "allowed"), 0)
+		require.InDelta(t, 2, vec("register", "ip", "refused"), 0)
+		require.InDelta(t, 1, vec("forgot_password", "ip", "allowed"), 0)
+		require.InDelta(t, 1, vec("forgot_password", "email", "allowed"), 0)
+		require.InDelta(t, 0, vec("resend_verification", "email", "refused"), 0, "series exist at zero")
+
+		// A second limiter on the same registry shares the collector rather than panicking.
+		l2 := NewLimiter(bundle.consumer, testSecret, DefaultRules(), &LimiterConfig{Registerer: bundle.registry, NowFunc: bundle.clock.Now})
+		_, err := l2.Allow(ctx, ActionRegister, clientIP2, "")
+		require.NoError(t, err)
+		require.InDelta(t, 6, vec("register", "ip", "allowed"), 0)
+	})
+}
+
+// decisionsCount reads one series of postguard_rate_limit_decisions_total from a registry.
+// (prometheus/testutil would pull a module go.mod does not list.)
+func decisionsCount(t *testing.T, reg *prometheus.Registry, action, scope, outcome string) float64 {
+	t.Helper()
+
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	for _, family := range families {
+		if family.GetName() != "postguard_rate_limit_decisions_total" {
+			continue
+		}
+		for _, metric := range family.GetMetric() {
+			labels := map[string]string{}
+			for _, lp := range metric.GetLabel() {
+				labels[lp.GetName()] = lp.GetValue()
+			}
+			if labels["action"] == action && labels["scope"] == scope && labels["outcome"] == outcome {
+				return metric.GetCounter().GetValue()
+			}
+		}
+	}
+	t.Fatalf("no series action=%s scope=%s outcome=%s", action, scope, outcome)
+	return 0
+}
+
+func TestNewLimiter_Panics(t *testing.T) {
+	t.Parallel()
+
+	consumer := newMemConsumer()
+	require.PanicsWithValue(t, "abuse.NewLimiter: nil store", func() {
+		NewLimiter(nil, testSecret, DefaultRules(), nil)
+	})
+	require.Panics(t, func() { NewLimiter(consumer, nil, DefaultRules(), nil) })
+	require.Panics(t, func() {
+		NewLimiter(consumer, testSecret, DefaultRules().With(Rule{Action: ActionRegister, Scope: ScopeIP, Limit: 0, Window: time.Minute}), nil)
+	})
+	require.NotPanics(t, func() { NewLimiter(consumer, testSecret, DefaultRules(), nil) })
+}
+
+func TestDenyCache(t *testing.T) {
+	t.Parallel()
+
+	start := windowBase
+	end := start.Add(time.Minute)
+	key := func(i int) keyHash { return keyHash{byte(i), byte(i >> 8)} }
+
+	t.Run("Bounded", func(t *testing.T) {
+		t.Parallel()
+
+		c := newDenyCache(3)
+		for i := range 10 {
+			c.add(key(i), start, end)
+			require.LessOrEqual(t, c.len(), 3)
+		}
+		// The three newest stay; the oldest went first.
+		for i := range 7 {
+			require.False(t, c.contains(key(i), start, start), "key %d evicted", i)
+		}
+		for i := 7; i < 10; i++ {
+			require.True(t, c.contains(key(i), start, start), "key %d kept", i)
+		}
+	})
+
+	t.Run("ReAddDoesNotGrow", func(t *testing.T) {
+		t.Parallel()
+
+		c := newDenyCache(2)
+		c.add(key(1), start, end)
+		c.add(key(1), start, end)
+		c.add(key(2), start, end)
+		require.Equal(t, 2, c.len())
+		require.True(t, c.contains(key(1), start, start))
+		require.True(t, c.contains(key(2), start, start))
+	})
+
+	t.Run("WindowScoped", func(t *testing.T) {
+		t.Parallel()
+
+		c := newDenyCache(10)
+		c.add(key(1), start, end)
+		require.True(t, c.contains(key(1), start, end.Add(-time.Nanosecond)))
+		require.False(t, c.contains(key(1), start, end), "expired at window end")
+		require.False(t, c.contains(key(1), end, end), "other window")
+		require.False(t, c.contains(key(2), start, start), "other key")
+	})
+}
