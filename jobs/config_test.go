@@ -1,0 +1,257 @@
+package jobs
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverlog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/postguard/postguard/db"
+	"github.com/postguard/postguard/jobs/mail"
+)
+
+// nopStore is a db.Store for config tests that never reach the database.
+type nopStore struct{ db.Store }
+
+// nopSender is a mail.Sender that accepts everything.
+type nopSender struct{}
+
+func (nopSender) Send(context.Context, *mail.Message) error { return nil }
+
+func validConfig() *Config {
+	return &Config{
+		Secret: testSecret,
+		AppURL: "https://app.example.com/",
+	}
+}
+
+func TestConfig_Validate(t *testing.T) {
+	t.Parallel()
+
+	t.Run("DefaultsAreValid", func(t *testing.T) {
+		t.Parallel()
+
+		require.NoError(t, validConfig().Validate())
+	})
+
+	for _, tt := range []struct {
+		name   string
+		modify func(c *Config)
+		env    string
+	}{
+		{"SecretShort", func(c *Config) { c.Secret = []byte("short") }, "APP_SECRET"},
+		{"SecretMissing", func(c *Config) { c.Secret = nil }, "APP_SECRET"},
+		{"AppURLEmpty", func(c *Config) { c.AppURL = "" }, "APP_URL"},
+		{"AppURLRelative", func(c *Config) { c.AppURL = "/app" }, "APP_URL"},
+		{"AppURLScheme", func(c *Config) { c.AppURL = "ftp://example.com" }, "APP_URL"},
+		{"AppURLQuery", func(c *Config) { c.AppURL = "https://example.com/?a=b" }, "APP_URL"},
+		{"EmailWorkersNegative", func(c *Config) { c.EmailWorkers = -1 }, "EMAIL_WORKERS"},
+		{"EmailWorkersHuge", func(c *Config) { c.EmailWorkers = river.QueueNumWorkersMax + 1 }, "EMAIL_WORKERS"},
+		{"JobTimeoutNegative", func(c *Config) { c.JobTimeout = -time.Second }, "JOB_TIMEOUT"},
+		{"RescueAfterNegative", func(c *Config) { c.RescueAfter = -time.Second }, "JOB_RESCUE_AFTER"},
+		{"RescueAfterBelowTimeout", func(c *Config) { c.JobTimeout = time.Minute; c.RescueAfter = 30 * time.Second }, "JOB_RESCUE_AFTER"},
+		{"RescueAfterEqualsTimeout", func(c *Config) { c.JobTimeout = time.Minute; c.RescueAfter = time.Minute }, "JOB_RESCUE_AFTER"},
+		{"RescueAfterDefaultBelowTimeout", func(c *Config) { c.JobTimeout = 10 * time.Minute }, "JOB_RESCUE_AFTER"},
+		{"JobRetentionNegative", func(c *Config) { c.JobRetention = -time.Hour }, "JOB_RETENTION"},
+		{"CounterRetentionNegative", func(c *Config) { c.CounterRetention = -time.Hour }, "COUNTER_RETENTION"},
+		{"PruneIntervalNegative", func(c *Config) { c.PruneInterval = -time.Hour }, "PRUNE_INTERVAL"},
+		{"PruneIntervalTiny", func(c *Config) { c.PruneInterval = time.Millisecond }, "PRUNE_INTERVAL"},
+		{"MaxRPSNegative", func(c *Config) { c.MaxRPS = -1 }, "RESEND_MAX_RPS"},
+		{"MaxRPSNaN", func(c *Config) { c.MaxRPS = math.NaN() }, "RESEND_MAX_RPS"},
+		{"MaxRPSInf", func(c *Config) { c.MaxRPS = math.Inf(1) }, "RESEND_MAX_RPS"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+
+			config := validConfig()
+			tt.modify(config)
+			err := config.Validate()
+			require.Error(t, err)
+			require.Contains(t, err.Error(), tt.env)
+
+			_, err = NewRiverConfig(&Deps{Store: nopStore{}}, config)
+			require.ErrorContains(t, err, tt.env)
+		})
+	}
+}
+
+func TestNewRiverConfig(t *testing.T) {
+	t.Parallel()
+
+	type testBundle struct {
+		deps *Deps
+		logs *bytes.Buffer
+	}
+
+	setup := func(t *testing.T) *testBundle {
+		t.Helper()
+
+		logs := &bytes.Buffer{}
+		return &testBundle{
+			deps: &Deps{
+				Logger: slog.New(slog.NewTextHandler(logs, nil)),
+				Sender: nopSender{},
+				Store:  nopStore{},
+			},
+			logs: logs,
+		}
+	}
+
+	t.Run("Worker", func(t *testing.T) {
+		t.Parallel()
+
+		bundle := setup(t)
+		config := validConfig()
+		config.EmailWorkers = 7
+		config.JobTimeout = 20 * time.Second
+		config.RescueAfter = time.Minute
+		config.FetchCooldown = 5 * time.Millisecond
+		config.FetchPollInterval = 50 * time.Millisecond
+
+		riverConfig, err := NewRiverConfig(bundle.deps, config)
+		require.NoError(t, err)
+
+		require.Equal(t, map[string]river.QueueConfig{
+			QueueEmail:       {MaxWorkers: 7},
+			QueueMaintenance: {MaxWorkers: 1},
+		}, riverConfig.Queues)
+		require.NotNil(t, riverConfig.Workers)
+		require.Len(t, riverConfig.PeriodicJobs, 1)
+		require.Equal(t, time.Duration(-1), riverConfig.CompletedJobRetentionPeriod)
+		require.Equal(t, time.Duration(-1), riverConfig.CancelledJobRetentionPeriod)
+		require.Equal(t, time.Duration(-1), riverConfig.DiscardedJobRetentionPeriod)
+		require.Equal(t, 20*time.Second, riverConfig.JobTimeout)
+		require.Equal(t, time.Minute, riverConfig.RescueStuckJobsAfter)
+		require.Equal(t, 5*time.Millisecond, riverConfig.FetchCooldown)
+		require.Equal(t, 50*time.Millisecond, riverConfig.FetchPollInterval)
+		require.IsType(t, &RetryPolicy{}, riverConfig.RetryPolicy)
+		require.Same(t, bundle.deps.Logger, riverConfig.Logger)
+		require.Len(t, riverConfig.Middleware, 1)
+		require.IsType(t, &riverlog.Middleware{}, riverConfig.Middleware[0])
+		require.Empty(t, bundle.logs.String())
+	})
+
+	t.Run("Defaults", func(t *testing.T) {
+		t.Parallel()
+
+		bundle := setup(t)
+		riverConfig, err := NewRiverConfig(bundle.deps, validConfig())
+		require.NoError(t, err)
+
+		require.Equal(t, DefaultEmailWorkers, riverConfig.Queues[QueueEmail].MaxWorkers)
+		require.Equal(t, DefaultJobTimeout, riverConfig.JobTimeout)
+		require.Equal(t, DefaultRescueAfter, riverConfig.RescueStuckJobsAfter)
+		require.Zero(t, riverConfig.FetchCooldown) // River's default
+	})
+
+	t.Run("NoSenderLeavesEmailQueued", func(t *testing.T) {
+		t.Parallel()
+
+		bundle := setup(t)
+		bundle.deps.Sender = nil
+
+		riverConfig, err := NewRiverConfig(bundle.deps, validConfig())
+		require.NoError(t, err)
+
+		require.Equal(t, map[string]river.QueueConfig{QueueMaintenance: {MaxWorkers: 1}}, riverConfig.Queues)
+		require.Len(t, riverConfig.PeriodicJobs, 1)
+		require.Contains(t, bundle.logs.String(), "level=WARN")
+		require.Contains(t, bundle.logs.String(), "email jobs stay queued")
+	})
+
+	t.Run("InsertOnly", func(t *testing.T) {
+		t.Parallel()
+
+		bundle := setup(t)
+		config := validConfig()
+		config.InsertOnly = true
+
+		riverConfig, err := NewRiverConfig(bundle.deps, config)
+		require.NoError(t, err)
+
+		require.Nil(t, riverConfig.Queues)
+		require.Nil(t, riverConfig.PeriodicJobs)
+		require.NotNil(t, riverConfig.Workers)
+		require.Empty(t, bundle.logs.String())
+	})
+
+	t.Run("RegistersMetrics", func(t *testing.T) {
+		t.Parallel()
+
+		bundle := setup(t)
+		registry := prometheus.NewRegistry()
+		bundle.deps.Registerer = registry
+
+		_, err := NewRiverConfig(bundle.deps, validConfig())
+		require.NoError(t, err)
+		// Twice on one registry (a test, or a process building two configs) is fine.
+		_, err = NewRiverConfig(bundle.deps, validConfig())
+		require.NoError(t, err)
+	})
+
+	t.Run("StoreRequired", func(t *testing.T) {
+		t.Parallel()
+
+		_, err := NewRiverConfig(&Deps{}, validConfig())
+		require.Error(t, err)
+	})
+}
+
+func TestArgs_InsertOpts(t *testing.T) {
+	t.Parallel()
+
+	t.Run("Welcome", func(t *testing.T) {
+		t.Parallel()
+
+		opts := WelcomeEmailArgs{}.InsertOpts()
+		require.Equal(t, QueueEmail, opts.Queue)
+		require.Equal(t, EmailMaxAttempts, opts.MaxAttempts)
+		require.True(t, opts.UniqueOpts.ByArgs)
+		require.ElementsMatch(t, []string{"available", "cancelled", "completed", "discarded", "pending", "retryable", "running", "scheduled"}, statesToStrings(opts.UniqueOpts.ByState))
+	})
+
+	for _, args := range []interface {
+		river.JobArgs
+		river.JobArgsWithInsertOpts
+	}{VerificationEmailArgs{}, PasswordResetEmailArgs{}} {
+		t.Run(args.Kind(), func(t *testing.T) {
+			t.Parallel()
+
+			opts := args.InsertOpts()
+			require.Equal(t, QueueEmail, opts.Queue)
+			require.Equal(t, EmailMaxAttempts, opts.MaxAttempts)
+			require.True(t, opts.UniqueOpts.ByArgs)
+			require.ElementsMatch(t, []string{"available", "pending", "retryable", "running", "scheduled"}, statesToStrings(opts.UniqueOpts.ByState))
+		})
+	}
+
+	t.Run("Prune", func(t *testing.T) {
+		t.Parallel()
+
+		require.Equal(t, QueueMaintenance, PruneArgs{}.InsertOpts().Queue)
+	})
+
+	t.Run("Kinds", func(t *testing.T) {
+		t.Parallel()
+
+		require.Equal(t, "welcome_email", WelcomeEmailArgs{}.Kind())
+		require.Equal(t, "verification_email", VerificationEmailArgs{}.Kind())
+		require.Equal(t, "password_reset_email", PasswordResetEmailArgs{}.Kind())
+		require.Equal(t, "prune", PruneArgs{}.Kind())
+	})
+}
+
+func statesToStrings[S ~string](states []S) []string {
+	out := make([]string, len(states))
+	for i, s := range states {
+		out[i] = string(s)
+	}
+	return out
+}

@@ -1,0 +1,170 @@
+package jobs
+
+import (
+	"crypto/sha256"
+	"net/http"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+	"github.com/stretchr/testify/require"
+
+	"github.com/postguard/postguard/db"
+	"github.com/postguard/postguard/db/dbtest"
+	"github.com/postguard/postguard/jobs/mail/resendfake"
+)
+
+func TestPruneWorker_Work(t *testing.T) {
+	t.Parallel()
+
+	dbtest.Engines(t, func(t *testing.T, newStore func(t *testing.T) db.Store) {
+		t.Run("DeletesExactlyWhatIsPastRetention", func(t *testing.T) {
+			t.Parallel()
+
+			const jobRetention = time.Hour
+			bundle := setupWorker(t, newStore(t), &workerOpts{configure: func(config *Config) {
+				config.JobRetention = jobRetention
+			}})
+			ctx := t.Context()
+			store := bundle.store
+			user := createUser(t, store)
+			bundle.start(t)
+
+			// Old finished jobs of every finished state: three completed (more than a batch),
+			// one cancelled, one discarded.
+			var oldIDs []int64
+			for i := range 3 {
+				job := bundle.insert(t, WelcomeEmailArgs{UserID: 900_000 + int64(i)}, nil) // no such user
+				bundle.wait(t, job.ID, river.EventKindJobCompleted)
+				oldIDs = append(oldIDs, job.ID)
+			}
+			bundle.fake.Enqueue(resendfake.Response{Status: http.StatusUnprocessableEntity, Name: resendfake.NameValidationError})
+			cancelled := bundle.insert(t, VerificationEmailArgs{UserID: user.ID}, nil)
+			bundle.wait(t, cancelled.ID, river.EventKindJobCancelled)
+			oldIDs = append(oldIDs, cancelled.ID)
+			bundle.fake.Enqueue(resendfake.Response{Status: http.StatusInternalServerError})
+			discarded := bundle.insert(t, PasswordResetEmailArgs{UserID: user.ID}, &river.InsertOpts{MaxAttempts: 1})
+			require.Equal(t, rivertype.JobStateDiscarded, bundle.wait(t, discarded.ID, river.EventKindJobFailed).Job.State)
+			oldIDs = append(oldIDs, discarded.ID)
+
+			var lastOldFinalized time.Time
+			for _, id := range oldIDs {
+				job := bundle.job(t, id)
+				require.NotNil(t, job.FinalizedAt)
+				lastOldFinalized = maxTime(lastOldFinalized, *job.FinalizedAt)
+			}
+
+			time.Sleep(100 * time.Millisecond)
+
+			// Newer ones: a completed job, and one in flight (on a queue nobody works).
+			recent := bundle.insert(t, WelcomeEmailArgs{UserID: 900_100}, nil)
+			bundle.wait(t, recent.ID, river.EventKindJobCompleted)
+			recentRow := bundle.job(t, recent.ID)
+			require.True(t, recentRow.FinalizedAt.After(lastOldFinalized))
+			inFlight := bundle.insert(t, WelcomeEmailArgs{UserID: 900_101}, &river.InsertOpts{Queue: "held"})
+
+			// "Now" is JobRetention after a point between the old jobs and the recent one.
+			cutoff := lastOldFinalized.Add(recentRow.FinalizedAt.Sub(lastOldFinalized) / 2)
+			now := cutoff.Add(jobRetention)
+			counterCutoff := now.Add(-DefaultCounterRetention)
+
+			// Counters: three past retention (more than a batch), one within it.
+			counterKey := func(i int) []byte { sum := sha256.Sum256([]byte("counter" + strconv.Itoa(i))); return sum[:] }
+			consume := func(i int, windowEnd time.Time) int64 {
+				count, ok, err := store.RateLimitCounterConsume(ctx, &db.RateLimitCounterConsumeParams{
+					KeyHash:     counterKey(i),
+					WindowStart: windowEnd.Add(-15 * time.Minute),
+					WindowEnd:   windowEnd,
+					Limit:       10,
+				})
+				require.NoError(t, err)
+				require.True(t, ok)
+				return count
+			}
+			counterEnds := []time.Time{
+				counterCutoff.Add(-time.Hour),
+				counterCutoff.Add(-2 * time.Minute),
+				counterCutoff.Add(-time.Minute),
+				counterCutoff.Add(time.Minute), // kept
+			}
+			for i, end := range counterEnds {
+				require.Equal(t, int64(1), consume(i, end))
+			}
+
+			// Tokens: one expired past retention, one expired within it.
+			oldToken, keptToken := HashToken("old token"), HashToken("kept token")
+			for _, tok := range []struct {
+				hash      []byte
+				expiresAt time.Time
+			}{
+				{oldToken, counterCutoff.Add(-time.Minute)},
+				{keptToken, counterCutoff.Add(time.Minute)},
+			} {
+				require.NoError(t, store.EmailTokenInsert(ctx, &db.EmailTokenInsertParams{
+					TokenHash: tok.hash,
+					UserID:    user.ID,
+					Purpose:   db.TokenPurposeVerify,
+					ExpiresAt: tok.expiresAt,
+					Now:       tok.expiresAt.Add(-24 * time.Hour),
+				}))
+			}
+
+			config := bundle.config.withDefaults()
+			config.NowFunc = func() time.Time { return now }
+			worker := newPruneWorker(store, dbtest.Logger(t), config)
+			worker.batchSize = 2
+			worker.batchPause = time.Millisecond
+
+			// Two prunes at once share the work without error.
+			var wg sync.WaitGroup
+			errs := make([]error, 2)
+			for i := range errs {
+				wg.Go(func() {
+					errs[i] = worker.Work(ctx, &river.Job[PruneArgs]{JobRow: &rivertype.JobRow{ID: int64(i), Kind: PruneArgs{}.Kind()}})
+				})
+			}
+			wg.Wait()
+			require.NoError(t, errs[0])
+			require.NoError(t, errs[1])
+
+			for _, id := range oldIDs {
+				_, err := store.River().JobGet(ctx, id)
+				require.ErrorIs(t, err, rivertype.ErrNotFound, "job %d", id)
+			}
+			require.Equal(t, rivertype.JobStateCompleted, bundle.job(t, recent.ID).State)
+			require.Equal(t, rivertype.JobStateAvailable, bundle.job(t, inFlight.ID).State)
+
+			// A deleted counter starts again at 1; a kept one goes on.
+			for i, end := range counterEnds[:3] {
+				require.Equal(t, int64(1), consume(i, end), "counter %d", i)
+			}
+			require.Equal(t, int64(2), consume(3, counterEnds[3]))
+
+			_, err := store.EmailTokenConsume(ctx, oldToken, db.TokenPurposeVerify, counterCutoff.Add(-2*time.Minute))
+			require.ErrorIs(t, err, db.ErrNotFound)
+			userID, err := store.EmailTokenConsume(ctx, keptToken, db.TokenPurposeVerify, counterCutoff)
+			require.NoError(t, err)
+			require.Equal(t, user.ID, userID)
+		})
+
+		t.Run("PeriodicPruneRunsOnStart", func(t *testing.T) {
+			t.Parallel()
+
+			bundle := setupWorker(t, newStore(t), &workerOpts{keepPeriodicJobs: true})
+			bundle.start(t)
+
+			event := bundle.waitKind(t, PruneArgs{}.Kind(), river.EventKindJobCompleted)
+			require.Equal(t, QueueMaintenance, event.Job.Queue)
+		})
+	})
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
