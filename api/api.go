@@ -1,0 +1,247 @@
+// Package api is postguard's HTTP interface: a Gin router with the auth routes of DESIGN.md
+// (register, verify-email, resend-verification, forgot-password, reset-password, unsubscribe),
+// health and metrics routes, the OpenAPI document, and River UI behind basic auth.
+//
+// Every error leaves through one place (writeError) as an RFC 9457 application/problem+json body,
+// or as a small HTML page when the request came from one of the service's own HTML forms.
+// Input problems answer:
+//
+//   - 400 when the body cannot be read as the route's request: malformed JSON, a JSON value of
+//     the wrong type, an unknown field, trailing data, a malformed form; and for an invalid,
+//     expired or used token (DESIGN.md);
+//   - 422 when the body parses but a field is missing or invalid (email, password length, name);
+//     the problem lists each field under "errors" (RFC 9457 §3.2 extension);
+//   - 413 when the body exceeds 64 KiB, 415 when its content type is not one the route takes.
+//
+// None of them touches a rate-limit counter or writes anything.
+package api
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"runtime"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/postguard/postguard/api/abuse"
+	"github.com/postguard/postguard/db"
+)
+
+// MaxBodyBytes is the largest request body accepted; a larger one is answered 413.
+const MaxBodyBytes = 64 << 10
+
+// Config holds a router's dependencies. Store, Limiter and Secret are required by New;
+// HealthRouter needs only Store. Everything else has a default.
+type Config struct {
+	// Store is the database (either engine). Its River client must be configured (insert-only is
+	// enough) before a request inserts a job.
+	Store db.Store
+
+	// Limiter enforces the rate-limit rules of register, forgot-password and
+	// resend-verification.
+	Limiter *abuse.Limiter
+
+	// IPResolver finds a request's client IP for the limiter. nil means abuse.NewIPResolver(nil):
+	// the TCP peer, no proxy trusted.
+	IPResolver *abuse.IPResolver
+
+	// Secret is APP_SECRET (at least 32 bytes); it checks unsubscribe tokens.
+	Secret []byte
+
+	// AppURL is APP_URL, the public base URL of the service. Informational for now: the HTML
+	// pages use relative form actions so that they work behind any path prefix.
+	AppURL string
+
+	// Logger receives the access log and error logs; slog.Default() when nil.
+	Logger *slog.Logger
+
+	// Registerer receives postguard_http_requests_total and
+	// postguard_http_request_duration_seconds. Gatherer is what /metrics serves. When both are
+	// nil a private registry serves as both; when only Registerer is set and it is also a
+	// Gatherer (a *prometheus.Registry), it is served.
+	Registerer prometheus.Registerer
+	Gatherer   prometheus.Gatherer
+
+	// RiverUI is River UI's handler, created with the prefix "/riverui". It is mounted at
+	// /riverui/ only when RiverUIUsername and RiverUIPassword are both set; nil means not mounted.
+	RiverUI         http.Handler
+	RiverUIUsername string
+	RiverUIPassword string
+
+	// HashConcurrency bounds concurrent argon2id hashes (each takes 19 MiB), so a burst of
+	// registrations cannot exhaust memory. Default runtime.NumCPU().
+	HashConcurrency int
+
+	// NowFunc returns the current time for the database writes; time.Now when nil.
+	NowFunc func() time.Time
+}
+
+// server is the state behind the handlers of one router.
+type server struct {
+	store   db.Store
+	limiter *abuse.Limiter
+	ips     *abuse.IPResolver
+	secret  []byte
+	logger  *slog.Logger
+	now     func() time.Time
+	hasher  *passwordHasher
+	metrics *httpMetrics
+
+	gatherer prometheus.Gatherer
+
+	// uniformMin is the least time forgot-password and resend-verification take once the
+	// limiter let them through, so the answer's timing does not tell a known email from an
+	// unknown one (see uniformAnswer).
+	uniformMin time.Duration
+}
+
+// uniformAnswerMin is server.uniformMin's value: well above the few milliseconds that the work
+// of a known email adds, well below what a person notices.
+const uniformAnswerMin = 100 * time.Millisecond
+
+// New returns the router of the `api` and `serve` roles: every route of DESIGN.md's HTTP
+// contract, /openapi.yaml, and River UI when configured. It sets Gin's global mode to release.
+func New(config *Config) (*gin.Engine, error) {
+	if config == nil {
+		return nil, errors.New("api: nil config")
+	}
+	if config.Limiter == nil {
+		return nil, errors.New("api: Config.Limiter is required")
+	}
+	if len(config.Secret) < 32 {
+		return nil, errors.New("api: Config.Secret must be at least 32 bytes (APP_SECRET)")
+	}
+	s, engine, err := newServer(config)
+	if err != nil {
+		return nil, err
+	}
+
+	v1 := engine.Group("/v1")
+	v1.POST("/auth/register", s.handle(s.register))
+	v1.POST("/auth/forgot-password", s.handle(s.forgotPassword))
+	v1.POST("/auth/resend-verification", s.handle(s.resendVerification))
+	v1.GET("/auth/verify-email", s.handle(s.verifyEmailPage))
+	v1.POST("/auth/verify-email", s.handle(s.verifyEmail))
+	v1.GET("/auth/reset-password", s.handle(s.resetPasswordPage))
+	v1.POST("/auth/reset-password", s.handle(s.resetPassword))
+	v1.GET("/unsubscribe", s.handle(s.unsubscribePage))
+	v1.POST("/unsubscribe", s.handle(s.unsubscribe))
+
+	s.mountHealth(engine)
+	engine.GET("/openapi.yaml", serveOpenAPI)
+
+	switch {
+	case config.RiverUI != nil && config.RiverUIUsername != "" && config.RiverUIPassword != "":
+		s.mountRiverUI(engine, config.RiverUI, config.RiverUIUsername, config.RiverUIPassword)
+	case config.RiverUI != nil:
+		s.logger.WarnContext(context.Background(), "River UI not mounted: RIVERUI_USERNAME and RIVERUI_PASSWORD must both be set")
+	}
+
+	return engine, nil
+}
+
+// HealthRouter returns the router of the `worker` role, which serves only /healthz, /readyz and
+// /metrics. Only config.Store is required.
+func HealthRouter(config *Config) (*gin.Engine, error) {
+	if config == nil {
+		return nil, errors.New("api: nil config")
+	}
+	s, engine, err := newServer(config)
+	if err != nil {
+		return nil, err
+	}
+	s.mountHealth(engine)
+	return engine, nil
+}
+
+// newServer checks the common config, and builds the server and an engine with its middleware
+// (request id, access log and metrics, recover, body limit, security headers) and its 404/405
+// problem answers.
+func newServer(config *Config) (*server, *gin.Engine, error) {
+	if config.Store == nil {
+		return nil, nil, errors.New("api: Config.Store is required")
+	}
+
+	registerer, gatherer := config.Registerer, config.Gatherer
+	if registerer == nil && gatherer == nil {
+		registry := prometheus.NewRegistry()
+		registerer, gatherer = registry, registry
+	}
+	if gatherer == nil {
+		if g, ok := registerer.(prometheus.Gatherer); ok {
+			gatherer = g
+		} else {
+			gatherer = prometheus.NewRegistry() // nothing to serve: say so with an empty page
+		}
+	}
+	if registerer == nil {
+		registerer = prometheus.NewRegistry() // counted, but only the given Gatherer is served
+	}
+	metrics, err := newHTTPMetrics(registerer)
+	if err != nil {
+		return nil, nil, err
+	}
+
+	s := &server{
+		store:      config.Store,
+		limiter:    config.Limiter,
+		ips:        config.IPResolver,
+		secret:     config.Secret,
+		logger:     cmp.Or(config.Logger, slog.Default()),
+		now:        config.NowFunc,
+		hasher:     newPasswordHasher(cmp.Or(config.HashConcurrency, runtime.NumCPU())),
+		metrics:    metrics,
+		gatherer:   gatherer,
+		uniformMin: uniformAnswerMin,
+	}
+	if s.ips == nil {
+		s.ips = abuse.NewIPResolver(nil)
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+
+	gin.SetMode(gin.ReleaseMode)
+	engine := gin.New() // never gin.Default(): its logger prints raw query strings (tokens)
+	// Client IPs come only from abuse.IPResolver; Gin must not believe forwarding headers.
+	if err := engine.SetTrustedProxies(nil); err != nil {
+		return nil, nil, fmt.Errorf("error configuring trusted proxies: %w", err)
+	}
+	engine.ForwardedByClientIP = false
+	engine.RemoveExtraSlash = true
+	// A redirect would turn a one-click unsubscribe POST into a GET, and a redirect answer is
+	// not part of the contract: a path that does not match is a 404 problem.
+	engine.RedirectTrailingSlash = false
+	engine.RedirectFixedPath = false
+	engine.HandleMethodNotAllowed = true
+
+	engine.Use(
+		s.requestID,
+		s.observe,
+		s.recoverer,
+		s.limitBody,
+		securityHeaders,
+	)
+	engine.NoRoute(s.handle(func(*gin.Context) error { return errNotFound }))
+	engine.NoMethod(s.handle(func(*gin.Context) error { return errMethodNotAllowed }))
+
+	return s, engine, nil
+}
+
+// mountHealth adds /healthz, /readyz and /metrics.
+func (s *server) mountHealth(engine *gin.Engine) {
+	engine.GET("/healthz", s.healthz)
+	engine.GET("/readyz", s.handle(s.readyz))
+	metrics := promhttp.HandlerFor(s.gatherer, promhttp.HandlerOpts{
+		ErrorLog:      slog.NewLogLogger(s.logger.Handler(), slog.LevelError),
+		ErrorHandling: promhttp.ContinueOnError,
+	})
+	engine.GET("/metrics", gin.WrapH(metrics))
+}

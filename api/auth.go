@@ -1,0 +1,281 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/postguard/postguard/api/abuse"
+	"github.com/postguard/postguard/db"
+	"github.com/postguard/postguard/jobs"
+)
+
+// Field limits of DESIGN.md's HTTP contract, counted in Unicode code points.
+const (
+	minPasswordLen = 8
+	maxPasswordLen = 256
+	maxNameLen     = 200
+)
+
+type registerRequest struct {
+	Email    string `json:"email"`
+	Password string `json:"password"`
+	Name     string `json:"name"`
+}
+
+type registerResponse struct {
+	ID    int64  `json:"id"`
+	Email string `json:"email"`
+}
+
+type emailRequest struct {
+	Email string `json:"email"`
+}
+
+// The answers of forgot-password and resend-verification: constant, whether or not the email
+// belongs to an account, so they reveal nothing.
+var (
+	forgotPasswordAnswer     = mustJSON(map[string]string{"message": "If an account uses this email address, a link to reset its password is on its way."})
+	resendVerificationAnswer = mustJSON(map[string]string{"message": "If an account uses this email address and it is not verified yet, a new verification link is on its way."})
+)
+
+// register creates an account: validate, spend the rate-limit allowance, hash the password
+// (outside any transaction, bounded by the hasher's semaphore), then insert the user and its
+// welcome and verification jobs in one transaction. 201 {"id","email"}; 409 when the email is
+// taken.
+func (s *server) register(c *gin.Context) error {
+	if _, err := bodyKindOf(c, false); err != nil {
+		return err
+	}
+	var req registerRequest
+	if err := decodeJSON(c, &req); err != nil {
+		return err
+	}
+	var fieldErrs []fieldError
+	email := checkEmail(req.Email, &fieldErrs)
+	checkPassword(req.Password, &fieldErrs)
+	name := checkName(req.Name, &fieldErrs)
+	if len(fieldErrs) > 0 {
+		return validationError(fieldErrs)
+	}
+
+	if err := s.allow(c, abuse.ActionRegister, email); err != nil {
+		return err
+	}
+
+	ctx := c.Request.Context()
+	hash, err := s.hasher.hash(ctx, req.Password)
+	if err != nil {
+		return err
+	}
+	var user *db.User
+	err = s.store.InTx(ctx, func(ctx context.Context, tx db.Queries) error {
+		var err error
+		user, err = tx.UserInsert(ctx, &db.UserInsertParams{Email: email, Name: name, PasswordHash: hash, Now: s.now()})
+		if err != nil {
+			return err
+		}
+		if _, err := tx.JobInsert(ctx, jobs.WelcomeEmailArgs{UserID: user.ID}, nil); err != nil {
+			return fmt.Errorf("error inserting welcome email job: %w", err)
+		}
+		if _, err := tx.JobInsert(ctx, jobs.VerificationEmailArgs{UserID: user.ID}, nil); err != nil {
+			return fmt.Errorf("error inserting verification email job: %w", err)
+		}
+		return nil
+	})
+	switch {
+	case errors.Is(err, db.ErrEmailTaken):
+		return errEmailTaken
+	case err != nil:
+		return fmt.Errorf("error registering user: %w", err)
+	}
+	return writeJSON(c, http.StatusCreated, registerResponse{ID: user.ID, Email: user.Email})
+}
+
+// forgotPassword enqueues a password reset email when the email belongs to an account. The
+// answer is 202 with a constant body either way (see uniformAnswer).
+func (s *server) forgotPassword(c *gin.Context) error {
+	return s.uniformAnswer(c, abuse.ActionForgotPassword, forgotPasswordAnswer, func(ctx context.Context, tx db.Queries, user *db.User) error {
+		if _, err := tx.JobInsert(ctx, jobs.PasswordResetEmailArgs{UserID: user.ID}, nil); err != nil {
+			return fmt.Errorf("error inserting password reset email job: %w", err)
+		}
+		return nil
+	})
+}
+
+// resendVerification enqueues a verification email when the email belongs to an account not
+// verified yet. The answer is 202 with a constant body either way (see uniformAnswer).
+func (s *server) resendVerification(c *gin.Context) error {
+	return s.uniformAnswer(c, abuse.ActionResendVerification, resendVerificationAnswer, func(ctx context.Context, tx db.Queries, user *db.User) error {
+		if user.EmailVerifiedAt != nil {
+			return nil
+		}
+		if _, err := tx.JobInsert(ctx, jobs.VerificationEmailArgs{UserID: user.ID}, nil); err != nil {
+			return fmt.Errorf("error inserting verification email job: %w", err)
+		}
+		return nil
+	})
+}
+
+// uniformAnswer runs a route whose answer must not tell whether an email belongs to an account:
+// validate the body {"email"}, spend the rate-limit allowance, then in one transaction look the
+// user up and, when found, call ifFound. Every branch answers the same status, headers and body
+// (202, answer), and none returns early for an unknown email.
+//
+// Timing: both branches run the same transaction and the same lookup, so they differ only by
+// ifFound's job insert and the commit's flush of it (a millisecond or so). To hide that too, the
+// answer is held until at least server.uniformMin (100 ms) has passed since the request began,
+// which covers the work with a wide margin; the per-IP and per-email limits leave an attacker
+// very few samples besides. A database error is a 500 in both branches.
+func (s *server) uniformAnswer(c *gin.Context, action abuse.Action, answer []byte, ifFound func(ctx context.Context, tx db.Queries, user *db.User) error) error {
+	start := time.Now()
+	if _, err := bodyKindOf(c, false); err != nil {
+		return err
+	}
+	var req emailRequest
+	if err := decodeJSON(c, &req); err != nil {
+		return err
+	}
+	var fieldErrs []fieldError
+	email := checkEmail(req.Email, &fieldErrs)
+	if len(fieldErrs) > 0 {
+		return validationError(fieldErrs)
+	}
+
+	if err := s.allow(c, action, email); err != nil {
+		return err
+	}
+
+	ctx := c.Request.Context()
+	err := s.store.InTx(ctx, func(ctx context.Context, tx db.Queries) error {
+		user, err := tx.UserGetByEmail(ctx, email)
+		switch {
+		case errors.Is(err, db.ErrNotFound):
+			return nil
+		case err != nil:
+			return fmt.Errorf("error looking up user: %w", err)
+		}
+		return ifFound(ctx, tx, user)
+	})
+	waitUntil(ctx, start.Add(s.uniformMin))
+	if err != nil {
+		return fmt.Errorf("error handling %s: %w", action, err)
+	}
+	c.Data(http.StatusAccepted, mediaJSON, answer)
+	return nil
+}
+
+// allow spends one request of action for the client's IP and email. On a refusal it returns the
+// 429 problem; the RateLimit headers are set either way.
+func (s *server) allow(c *gin.Context, action abuse.Action, email string) error {
+	ip := s.ips.ClientIP(c.Request.RemoteAddr, c.Request.Header)
+	decision, err := s.limiter.Allow(c.Request.Context(), action, ip, email)
+	if err != nil {
+		// Fail closed: without the database there is nothing useful to do anyway.
+		return fmt.Errorf("error checking rate limit: %w", err)
+	}
+	decision.SetHeaders(c.Writer.Header())
+	if decision.Allowed {
+		return nil
+	}
+	retryAfter := decision.RetryAfterSeconds()
+	return &Error{
+		Status: http.StatusTooManyRequests,
+		Title:  http.StatusText(http.StatusTooManyRequests),
+		Detail: fmt.Sprintf("Too many requests; retry in %d seconds.", retryAfter),
+		Extra:  map[string]any{"retry_after_seconds": retryAfter},
+	}
+}
+
+// waitUntil sleeps until deadline, or until ctx ends.
+func waitUntil(ctx context.Context, deadline time.Time) {
+	d := time.Until(deadline)
+	if d <= 0 {
+		return
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+	case <-ctx.Done():
+	}
+}
+
+// checkEmail returns the normalised email, or records why raw is not one.
+func checkEmail(raw string, fieldErrs *[]fieldError) string {
+	if strings.TrimSpace(raw) == "" {
+		*fieldErrs = append(*fieldErrs, fieldError{Pointer: "#/email", Detail: "Email is required."})
+		return ""
+	}
+	email, err := NormalizeEmail(raw)
+	if err != nil {
+		*fieldErrs = append(*fieldErrs, fieldError{Pointer: "#/email", Detail: "Email must be one plain address, like name@example.com."})
+		return ""
+	}
+	return email
+}
+
+// checkPassword records why password is not acceptable: missing, not UTF-8, or outside 8–256
+// code points. Passwords are never trimmed, normalised or truncated.
+func checkPassword(password string, fieldErrs *[]fieldError) {
+	n := utf8.RuneCountInString(password)
+	var detail string
+	switch {
+	case password == "":
+		detail = "Password is required."
+	case !utf8.ValidString(password):
+		detail = "Password must be valid UTF-8 text."
+	case n < minPasswordLen:
+		detail = fmt.Sprintf("Password must be at least %d characters long.", minPasswordLen)
+	case n > maxPasswordLen:
+		detail = fmt.Sprintf("Password must be at most %d characters long.", maxPasswordLen)
+	default:
+		return
+	}
+	*fieldErrs = append(*fieldErrs, fieldError{Pointer: "#/password", Detail: detail})
+}
+
+// checkName returns the trimmed name, or records why it is not acceptable: not UTF-8, control
+// characters, or over 200 code points. An empty name is fine.
+func checkName(name string, fieldErrs *[]fieldError) string {
+	name = strings.TrimSpace(name)
+	var detail string
+	switch {
+	case !utf8.ValidString(name):
+		detail = "Name must be valid UTF-8 text."
+	case strings.ContainsFunc(name, unicode.IsControl):
+		detail = "Name must not contain control characters."
+	case utf8.RuneCountInString(name) > maxNameLen:
+		detail = fmt.Sprintf("Name must be at most %d characters long.", maxNameLen)
+	default:
+		return name
+	}
+	*fieldErrs = append(*fieldErrs, fieldError{Pointer: "#/name", Detail: detail})
+	return ""
+}
+
+// writeJSON answers status with v as JSON.
+func writeJSON(c *gin.Context, status int, v any) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("error encoding answer: %w", err)
+	}
+	c.Data(status, mediaJSON, data)
+	return nil
+}
+
+func mustJSON(v any) []byte {
+	data, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return data
+}

@@ -1,0 +1,57 @@
+package api
+
+import (
+	"errors"
+	"net/mail"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"golang.org/x/text/unicode/norm"
+)
+
+// maxEmailBytes is the longest address accepted (RFC 5321's path limit less the angle brackets).
+const maxEmailBytes = 254
+
+// ErrInvalidEmail is returned by NormalizeEmail for anything that is not a plain address.
+var ErrInvalidEmail = errors.New("invalid email address")
+
+// NormalizeEmail returns the form in which an email address is stored, looked up, counted by
+// the rate limiter and compared: trimmed of surrounding white space, in Unicode NFC, lower-cased.
+// It then checks that the result is one plain address: valid UTF-8 of visible characters only
+// (no spaces, format or control characters, no U+FFFD), at most 254 bytes, exactly
+// one "@" with a non-empty local part and domain, and an addr-spec that net/mail.ParseAddress
+// reads back unchanged (so no display name, angle brackets, comments or quoting). It returns
+// ErrInvalidEmail otherwise.
+//
+// Lower-casing the local part is a deliberate simplification (DESIGN.md): two spellings of one
+// mailbox must not make two accounts or two rate-limit buckets.
+func NormalizeEmail(s string) (string, error) {
+	if !utf8.ValidString(s) {
+		return "", ErrInvalidEmail
+	}
+	s = strings.ToLower(norm.NFC.String(strings.TrimSpace(s)))
+	// Lower-casing can change a string's normal form ("İ" becomes "i" + U+0307); normalise again
+	// so the result is a fixed point.
+	s = norm.NFC.String(s)
+	if s == "" || len(s) > maxEmailBytes {
+		return "", ErrInvalidEmail
+	}
+	// net/mail takes any non-ASCII rune as atom text, including invisible and spacing ones
+	// (U+200B, U+202E, U+00A0) that would let two different-looking addresses collide or one
+	// spoof another, and U+FFFD, which is what invalid input decodes to.
+	for _, r := range s {
+		if r == utf8.RuneError || !unicode.IsGraphic(r) || unicode.IsSpace(r) {
+			return "", ErrInvalidEmail
+		}
+	}
+	local, domain, ok := strings.Cut(s, "@")
+	if !ok || local == "" || domain == "" || strings.Contains(domain, "@") {
+		return "", ErrInvalidEmail
+	}
+	addr, err := mail.ParseAddress(s)
+	if err != nil || addr.Name != "" || addr.Address != s {
+		return "", ErrInvalidEmail
+	}
+	return s, nil
+}

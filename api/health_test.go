@@ -1,0 +1,226 @@
+package api
+
+import (
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/gin-gonic/gin"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/postguard/postguard/db"
+	"github.com/postguard/postguard/db/dbtest"
+	"github.com/postguard/postguard/db/postgres"
+	"github.com/postguard/postguard/db/sqlite"
+)
+
+func TestServer_Health(t *testing.T) {
+	t.Parallel()
+
+	dbtest.Engines(t, func(t *testing.T, newStore func(t *testing.T) db.Store) {
+		t.Run("Up", func(t *testing.T) {
+			t.Parallel()
+			bundle := setup(t, newStore(t), nil)
+
+			rec := serve(t, bundle.router, httptest.NewRequest(http.MethodGet, "/healthz", nil))
+			require.Equal(t, http.StatusOK, rec.Code)
+			require.JSONEq(t, `{"status":"ok"}`, rec.Body.String())
+
+			rec = serve(t, bundle.router, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+			require.Equal(t, http.StatusOK, rec.Code)
+			require.JSONEq(t, `{"status":"ready"}`, rec.Body.String())
+		})
+
+		t.Run("DatabaseDown", func(t *testing.T) {
+			t.Parallel()
+			store := closedStore(t, newStore(t).Engine())
+			for _, newRouter := range []func(*Config) (*gin.Engine, error){New, HealthRouter} {
+				router, err := newRouter(&Config{
+					Store:   store,
+					Limiter: setup(t, newStore(t), nil).limiter, // any limiter: not used here
+					Secret:  testSecret,
+					Logger:  slog.New(slog.DiscardHandler),
+				})
+				require.NoError(t, err)
+
+				rec := serve(t, router, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+				problem := decodeProblem(t, rec, http.StatusServiceUnavailable)
+				require.Equal(t, "The database is unreachable.", problem["detail"])
+
+				rec = serve(t, router, httptest.NewRequest(http.MethodGet, "/healthz", nil))
+				require.Equal(t, http.StatusOK, rec.Code)
+			}
+		})
+	})
+}
+
+// closedStore opens a store of engine and closes it, so its Ping fails.
+func closedStore(t *testing.T, engine string) db.Store {
+	t.Helper()
+	var store db.Store
+	var err error
+	if engine == "postgres" {
+		store, err = postgres.New(t.Context(), dbtest.PostgresURL(t), nil)
+	} else {
+		store, err = sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "closed.db"), nil)
+	}
+	require.NoError(t, err)
+	require.NoError(t, store.Ping(t.Context()))
+	require.NoError(t, store.Close())
+	return store
+}
+
+func TestHealthRouter(t *testing.T) {
+	t.Parallel()
+
+	registry := prometheus.NewRegistry()
+	router, err := HealthRouter(&Config{Store: dbtest.NewSQLite(t), Registerer: registry, Gatherer: registry, Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+
+	for _, path := range []string{"/healthz", "/readyz", "/metrics"} {
+		rec := serve(t, router, httptest.NewRequest(http.MethodGet, path, nil))
+		require.Equal(t, http.StatusOK, rec.Code, path)
+	}
+	for _, path := range []string{"/openapi.yaml", "/v1/auth/verify-email?token=x"} {
+		rec := serve(t, router, httptest.NewRequest(http.MethodGet, path, nil))
+		decodeProblem(t, rec, http.StatusNotFound)
+	}
+	rec := serve(t, router, jsonRequest(t, "/v1/auth/register", `{}`))
+	decodeProblem(t, rec, http.StatusNotFound)
+}
+
+func TestNew_Config(t *testing.T) {
+	t.Parallel()
+
+	store := dbtest.NewSQLite(t)
+	limiter := newSQLiteBundle(t, nil).limiter
+
+	for name, config := range map[string]*Config{
+		"Nil":         nil,
+		"NoStore":     {Limiter: limiter, Secret: testSecret},
+		"NoLimiter":   {Store: store, Secret: testSecret},
+		"ShortSecret": {Store: store, Limiter: limiter, Secret: []byte("short")},
+	} {
+		_, err := New(config)
+		require.Error(t, err, name)
+	}
+
+	// Two routers on one registry (a registry shared with other components) work.
+	registry := prometheus.NewRegistry()
+	for range 2 {
+		_, err := New(&Config{Store: store, Limiter: limiter, Secret: testSecret, Registerer: registry})
+		require.NoError(t, err)
+	}
+}
+
+func TestServer_OpenAPI(t *testing.T) {
+	t.Parallel()
+
+	bundle := newSQLiteBundle(t, &setupOpts{configFunc: func(config *Config) {
+		config.RiverUI, config.RiverUIUsername, config.RiverUIPassword = http.NotFoundHandler(), "u", "p"
+	}})
+
+	t.Run("Served", func(t *testing.T) {
+		t.Parallel()
+		rec := serve(t, bundle.router, httptest.NewRequest(http.MethodGet, "/openapi.yaml", nil))
+		require.Equal(t, http.StatusOK, rec.Code)
+		require.Equal(t, "application/yaml", rec.Header().Get("Content-Type"))
+		require.Equal(t, openAPIDocument, rec.Body.Bytes())
+	})
+
+	t.Run("EveryRouteDocumented", func(t *testing.T) {
+		t.Parallel()
+		doc, err := loadOpenAPI()
+		require.NoError(t, err)
+		require.Equal(t, "3.1.0", doc.OpenAPI)
+
+		var routes, documented []string
+		for _, route := range bundle.router.Routes() {
+			path := strings.Replace(route.Path, "/*path", "/", 1)
+			if route.Method != http.MethodGet && route.Path == "/riverui/*path" {
+				continue // River UI's own API under /riverui/api/, not part of this contract
+			}
+			routes = append(routes, route.Method+" "+path)
+		}
+		for path, item := range doc.Paths.Map() {
+			for method := range item.Operations() {
+				documented = append(documented, method+" "+path)
+			}
+		}
+		slices.Sort(routes)
+		slices.Sort(documented)
+		require.Equal(t, documented, routes)
+	})
+}
+
+func TestServer_RiverUI(t *testing.T) {
+	t.Parallel()
+
+	stub := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		_, _ = io.WriteString(w, "river ui stub at "+r.URL.Path)
+	})
+
+	t.Run("NotMountedWhenUnset", func(t *testing.T) {
+		t.Parallel()
+		for _, creds := range [][2]string{{"", ""}, {"admin", ""}, {"", "secret"}} {
+			bundle := newSQLiteBundle(t, &setupOpts{configFunc: func(config *Config) {
+				config.RiverUI, config.RiverUIUsername, config.RiverUIPassword = stub, creds[0], creds[1]
+			}})
+			for _, path := range []string{"/riverui/", "/riverui"} {
+				req := httptest.NewRequest(http.MethodGet, path, nil)
+				req.SetBasicAuth(creds[0], creds[1])
+				decodeProblem(t, serve(t, bundle.router, req), http.StatusNotFound)
+			}
+		}
+	})
+
+	t.Run("BasicAuth", func(t *testing.T) {
+		t.Parallel()
+		bundle := newSQLiteBundle(t, &setupOpts{configFunc: func(config *Config) {
+			config.RiverUI, config.RiverUIUsername, config.RiverUIPassword = stub, "admin", "s3cret pass"
+		}})
+
+		for name, auth := range map[string]func(*http.Request){
+			"None":          func(*http.Request) {},
+			"WrongPassword": func(r *http.Request) { r.SetBasicAuth("admin", "s3cret pas") },
+			"WrongUser":     func(r *http.Request) { r.SetBasicAuth("Admin", "s3cret pass") },
+			"Swapped":       func(r *http.Request) { r.SetBasicAuth("s3cret pass", "admin") },
+			"Bearer":        func(r *http.Request) { r.Header.Set("Authorization", "Bearer s3cret pass") },
+		} {
+			req := httptest.NewRequest(http.MethodGet, "/riverui/", nil)
+			auth(req)
+			rec := serve(t, bundle.router, req)
+			decodeProblem(t, rec, http.StatusUnauthorized)
+			require.Equal(t, `Basic realm="River UI"`, rec.Header().Get("WWW-Authenticate"), name)
+			require.NotContains(t, rec.Body.String(), "river ui stub", name)
+		}
+
+		req := httptest.NewRequest(http.MethodGet, "/riverui/", nil)
+		req.SetBasicAuth("admin", "s3cret pass")
+		rec := serve(t, bundle.router, req)
+		require.Equal(t, http.StatusOK, rec.Code)
+		require.Equal(t, "river ui stub at /riverui/", rec.Body.String())
+
+		// Deeper paths and other methods reach the handler too, behind the same auth.
+		req = httptest.NewRequest(http.MethodPost, "/riverui/api/jobs/cancel", strings.NewReader(`{}`))
+		req.SetBasicAuth("admin", "s3cret pass")
+		rec = httptest.NewRecorder()
+		bundle.router.ServeHTTP(rec, req) // River UI's own API: not in this contract
+		require.Equal(t, "river ui stub at /riverui/api/jobs/cancel", rec.Body.String())
+		req = httptest.NewRequest(http.MethodPost, "/riverui/api/jobs/cancel", strings.NewReader(`{}`))
+		rec = httptest.NewRecorder()
+		bundle.router.ServeHTTP(rec, req)
+		require.Equal(t, http.StatusUnauthorized, rec.Code)
+
+		rec = serve(t, bundle.router, httptest.NewRequest(http.MethodGet, "/riverui", nil))
+		require.Equal(t, http.StatusMovedPermanently, rec.Code)
+		require.Equal(t, "/riverui/", rec.Header().Get("Location"))
+	})
+}

@@ -1,0 +1,249 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/postguard/postguard/db"
+	"github.com/postguard/postguard/jobs"
+)
+
+// maxTokenLen bounds a token read from a request. Mailed tokens are 43 characters (base64url of
+// an HMAC-SHA-256); the bound leaves room for other versions while refusing junk cheaply.
+const maxTokenLen = 256
+
+type tokenRequest struct {
+	Token string `json:"token"`
+}
+
+type resetPasswordRequest struct {
+	Token    string `json:"token"`
+	Password string `json:"password"`
+}
+
+// setTokenPageHeaders protects answers of the routes whose URLs carry tokens: the token must not
+// leak through the Referer of a link followed from the page, stay in a cache, or be framed.
+// The CSP also forbids scripts and outside resources altogether (the pages use neither) and
+// lets forms post only to the service itself.
+func setTokenPageHeaders(c *gin.Context) {
+	h := c.Writer.Header()
+	h.Set("Referrer-Policy", "no-referrer")
+	h.Set("Cache-Control", "no-store")
+	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
+}
+
+// plausibleToken cheaply refuses what cannot be a mailed token (base64url, bounded), so that
+// junk costs neither a database round trip nor, on reset-password, a password hash.
+func plausibleToken(token string) bool {
+	if token == "" || len(token) > maxTokenLen {
+		return false
+	}
+	for i := range len(token) {
+		switch b := token[i]; {
+		case 'a' <= b && b <= 'z', 'A' <= b && b <= 'Z', '0' <= b && b <= '9', b == '-', b == '_':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// verifyEmailPage is the page a verification link opens: a form that posts the token back. It
+// changes nothing, so a link scanner's prefetch does no harm.
+func (s *server) verifyEmailPage(c *gin.Context) error {
+	setTokenPageHeaders(c)
+	answerHTML(c)
+	token := c.Query("token")
+	if !plausibleToken(token) {
+		return errInvalidToken
+	}
+	return s.renderPage(c, http.StatusOK, &pageData{Form: formVerify, Title: "Confirm your email address", Token: token})
+}
+
+// verifyEmail consumes a verification token and marks its user's email verified: 204 (200 and a
+// page for the form), 400 when the token is invalid, expired or used. Of two concurrent uses of
+// one token exactly one succeeds (EmailTokenConsume is one statement).
+func (s *server) verifyEmail(c *gin.Context) error {
+	setTokenPageHeaders(c)
+	kind, err := bodyKindOf(c, true)
+	if err != nil {
+		return err
+	}
+	var token string
+	if kind == bodyJSON {
+		var req tokenRequest
+		if err := decodeJSON(c, &req); err != nil {
+			return err
+		}
+		token = req.Token
+	} else {
+		form, err := parseForm(c)
+		if err != nil {
+			return err
+		}
+		token = form.Get("token")
+	}
+	var fieldErrs []fieldError
+	checkToken(token, &fieldErrs)
+	if len(fieldErrs) > 0 {
+		return validationError(fieldErrs)
+	}
+	if !plausibleToken(token) {
+		return errInvalidToken
+	}
+
+	err = s.store.InTx(c.Request.Context(), func(ctx context.Context, tx db.Queries) error {
+		now := s.now()
+		userID, err := tx.EmailTokenConsume(ctx, jobs.HashToken(token), db.TokenPurposeVerify, now)
+		if err != nil {
+			return err
+		}
+		return tx.UserMarkEmailVerified(ctx, userID, now)
+	})
+	switch {
+	case errors.Is(err, db.ErrNotFound):
+		return errInvalidToken
+	case err != nil:
+		return fmt.Errorf("error verifying email: %w", err)
+	}
+	if kind == bodyForm {
+		return s.renderPage(c, http.StatusOK, &pageData{Title: "Email address confirmed", Message: "Thank you: your email address is confirmed. You can close this page."})
+	}
+	c.Status(http.StatusNoContent)
+	return nil
+}
+
+// resetPasswordPage is the page a reset link opens: a form for the new password that posts the
+// token back. It changes nothing.
+func (s *server) resetPasswordPage(c *gin.Context) error {
+	setTokenPageHeaders(c)
+	answerHTML(c)
+	token := c.Query("token")
+	if !plausibleToken(token) {
+		return errInvalidToken
+	}
+	return s.renderPage(c, http.StatusOK, &pageData{
+		Form: formReset, Title: "Choose a new password", Token: token,
+		MinPassword: minPasswordLen, MaxPassword: maxPasswordLen,
+	})
+}
+
+// resetPassword consumes a reset token and sets the new password: 204 (200 and a page for the
+// form), 400 when the token is invalid, expired or used, 422 when the password is not
+// acceptable. The password is hashed before the transaction; the transaction also marks the
+// email verified (the user proved they read it) and invalidates the user's other reset tokens.
+func (s *server) resetPassword(c *gin.Context) error {
+	setTokenPageHeaders(c)
+	kind, err := bodyKindOf(c, true)
+	if err != nil {
+		return err
+	}
+	var req resetPasswordRequest
+	if kind == bodyJSON {
+		if err := decodeJSON(c, &req); err != nil {
+			return err
+		}
+	} else {
+		form, err := parseForm(c)
+		if err != nil {
+			return err
+		}
+		req.Token, req.Password = form.Get("token"), form.Get("password")
+	}
+	var fieldErrs []fieldError
+	checkToken(req.Token, &fieldErrs)
+	checkPassword(req.Password, &fieldErrs)
+	if len(fieldErrs) > 0 {
+		return validationError(fieldErrs)
+	}
+	if !plausibleToken(req.Token) {
+		return errInvalidToken
+	}
+
+	ctx := c.Request.Context()
+	hash, err := s.hasher.hash(ctx, req.Password)
+	if err != nil {
+		return err
+	}
+	err = s.store.InTx(ctx, func(ctx context.Context, tx db.Queries) error {
+		now := s.now()
+		userID, err := tx.EmailTokenConsume(ctx, jobs.HashToken(req.Token), db.TokenPurposeReset, now)
+		if err != nil {
+			return err
+		}
+		if err := tx.UserSetPassword(ctx, userID, hash, now); err != nil {
+			return fmt.Errorf("error setting password: %w", err)
+		}
+		if err := tx.EmailTokenInvalidateUser(ctx, userID, db.TokenPurposeReset, now); err != nil {
+			return fmt.Errorf("error invalidating reset tokens: %w", err)
+		}
+		return nil
+	})
+	switch {
+	case errors.Is(err, db.ErrNotFound):
+		return errInvalidToken
+	case err != nil:
+		return fmt.Errorf("error resetting password: %w", err)
+	}
+	if kind == bodyForm {
+		return s.renderPage(c, http.StatusOK, &pageData{Title: "Password changed", Message: "Your new password is set. You can now sign in with it."})
+	}
+	c.Status(http.StatusNoContent)
+	return nil
+}
+
+// unsubscribePage is the page an unsubscribe link opens: a confirm button that posts RFC 8058's
+// one-click body. It changes nothing (link scanners prefetch links in mail). A forged or
+// malformed token is refused at once (400): checking it takes no database.
+func (s *server) unsubscribePage(c *gin.Context) error {
+	setTokenPageHeaders(c)
+	answerHTML(c)
+	token := c.Query("token")
+	if _, ok := jobs.ParseUnsubscribeToken(s.secret, token); !ok {
+		return errInvalidToken
+	}
+	return s.renderPage(c, http.StatusOK, &pageData{Form: formUnsubscribe, Title: "Unsubscribe", Token: token})
+}
+
+// unsubscribe is RFC 8058's one-click unsubscribe: a POST to the link's URL (token in the
+// query) with the form body List-Unsubscribe=One-Click, urlencoded or multipart. No cookie or
+// other auth (the signed token is the authority), never a redirect, repeatable: 200 and a page;
+// 400 for a forged token or a missing body field.
+func (s *server) unsubscribe(c *gin.Context) error {
+	setTokenPageHeaders(c)
+	if mt := mediaTypeOf(c.Request); mt != mediaURLEncoded && mt != mediaMultipart {
+		return newError(http.StatusUnsupportedMediaType,
+			"The body must be the form List-Unsubscribe=One-Click (RFC 8058), application/x-www-form-urlencoded or multipart/form-data.")
+	}
+	answerHTML(c)
+	form, err := parseForm(c)
+	if err != nil {
+		return err
+	}
+	if form.Get("List-Unsubscribe") != "One-Click" {
+		return badRequest("The body must be the form List-Unsubscribe=One-Click (RFC 8058).", nil)
+	}
+	userID, ok := jobs.ParseUnsubscribeToken(s.secret, c.Query("token"))
+	if !ok {
+		return errInvalidToken
+	}
+	// A validly signed token whose user is gone has nothing left to unsubscribe: still a success.
+	if err := s.store.UserUnsubscribe(c.Request.Context(), userID, s.now()); err != nil && !errors.Is(err, db.ErrNotFound) {
+		return fmt.Errorf("error unsubscribing user: %w", err)
+	}
+	return s.renderPage(c, http.StatusOK, &pageData{
+		Title:   "You are unsubscribed",
+		Message: "You will not receive our optional emails any more. Emails you ask for, such as password resets, still reach you.",
+	})
+}
+
+// checkToken records a missing token.
+func checkToken(token string, fieldErrs *[]fieldError) {
+	if token == "" {
+		*fieldErrs = append(*fieldErrs, fieldError{Pointer: "#/token", Detail: "Token is required."})
+	}
+}

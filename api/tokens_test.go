@@ -1,0 +1,351 @@
+package api
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/postguard/postguard/db"
+	"github.com/postguard/postguard/db/dbtest"
+	"github.com/postguard/postguard/jobs"
+)
+
+// insertToken stores raw's hash as a token of purpose for userID, as the email job would.
+func insertToken(t testing.TB, store db.Store, raw string, userID int64, purpose db.TokenPurpose, expiresAt time.Time) {
+	t.Helper()
+	require.NoError(t, store.EmailTokenInsert(t.Context(), &db.EmailTokenInsertParams{
+		TokenHash: jobs.HashToken(raw),
+		UserID:    userID,
+		Purpose:   purpose,
+		ExpiresAt: expiresAt,
+		Now:       time.Now(),
+	}))
+}
+
+// requireTokenPageHeaders checks the headers that keep a token in a URL private.
+func requireTokenPageHeaders(t testing.TB, rec *httptest.ResponseRecorder) {
+	t.Helper()
+	require.Equal(t, "no-referrer", rec.Header().Get("Referrer-Policy"))
+	require.Equal(t, "no-store", rec.Header().Get("Cache-Control"))
+	require.Contains(t, rec.Header().Get("Content-Security-Policy"), "frame-ancestors 'none'")
+}
+
+func requireHTML(t testing.TB, rec *httptest.ResponseRecorder, status int, contains ...string) {
+	t.Helper()
+	require.Equal(t, status, rec.Code, rec.Body.String())
+	require.Equal(t, "text/html; charset=utf-8", rec.Header().Get("Content-Type"))
+	for _, s := range contains {
+		require.Contains(t, rec.Body.String(), s)
+	}
+}
+
+func getUser(t testing.TB, store db.Store, id int64) *db.User {
+	t.Helper()
+	user, err := store.UserGetByID(t.Context(), id)
+	require.NoError(t, err)
+	return user
+}
+
+func TestServer_VerifyEmail(t *testing.T) {
+	t.Parallel()
+
+	dbtest.Engines(t, func(t *testing.T, newStore func(t *testing.T) db.Store) {
+		type bundleWithUser struct {
+			*testBundle
+			user *db.User
+			raw  string
+		}
+		setupVerify := func(t *testing.T, expiresAt time.Time) *bundleWithUser {
+			t.Helper()
+			bundle := setup(t, newStore(t), nil)
+			user := insertUser(t, bundle.store, uniqueEmail("verify"), false)
+			raw := jobs.VerifyToken(testSecret, user.ID*1000+1)
+			insertToken(t, bundle.store, raw, user.ID, db.TokenPurposeVerify, expiresAt)
+			return &bundleWithUser{bundle, user, raw}
+		}
+		valid := func() time.Time { return time.Now().Add(24 * time.Hour) }
+
+		t.Run("JSON", func(t *testing.T) {
+			t.Parallel()
+			b := setupVerify(t, valid())
+
+			rec := serve(t, b.router, jsonRequest(t, "/v1/auth/verify-email", map[string]string{"token": b.raw}))
+			require.Equal(t, http.StatusNoContent, rec.Code, rec.Body.String())
+			require.Empty(t, rec.Body.String())
+			requireTokenPageHeaders(t, rec)
+			require.NotNil(t, getUser(t, b.store, b.user.ID).EmailVerifiedAt)
+
+			// Used: refused.
+			rec = serve(t, b.router, jsonRequest(t, "/v1/auth/verify-email", map[string]string{"token": b.raw}))
+			decodeProblem(t, rec, http.StatusBadRequest)
+			requireTokenPageHeaders(t, rec)
+		})
+
+		t.Run("Form", func(t *testing.T) {
+			t.Parallel()
+			b := setupVerify(t, valid())
+
+			rec := serve(t, b.router, formRequest("/v1/auth/verify-email", url.Values{"token": {b.raw}}))
+			requireHTML(t, rec, http.StatusOK, "Email address confirmed")
+			requireTokenPageHeaders(t, rec)
+			require.NotNil(t, getUser(t, b.store, b.user.ID).EmailVerifiedAt)
+
+			rec = serve(t, b.router, multipartRequest(t, "/v1/auth/verify-email", url.Values{"token": {b.raw}}))
+			requireHTML(t, rec, http.StatusBadRequest, "invalid, has expired or has been used")
+		})
+
+		t.Run("Expired", func(t *testing.T) {
+			t.Parallel()
+			b := setupVerify(t, time.Now().Add(-time.Minute))
+
+			rec := serve(t, b.router, jsonRequest(t, "/v1/auth/verify-email", map[string]string{"token": b.raw}))
+			decodeProblem(t, rec, http.StatusBadRequest)
+			require.Nil(t, getUser(t, b.store, b.user.ID).EmailVerifiedAt)
+		})
+
+		t.Run("UnknownOrWrongPurpose", func(t *testing.T) {
+			t.Parallel()
+			b := setupVerify(t, valid())
+			reset := jobs.ResetToken(testSecret, 99)
+			insertToken(t, b.store, reset, b.user.ID, db.TokenPurposeReset, valid())
+
+			for _, token := range []string{reset, jobs.VerifyToken(testSecret, 424242), "not a token!", strings.Repeat("a", maxTokenLen+1)} {
+				rec := serve(t, b.router, jsonRequest(t, "/v1/auth/verify-email", map[string]string{"token": token}))
+				decodeProblem(t, rec, http.StatusBadRequest)
+			}
+			require.Nil(t, getUser(t, b.store, b.user.ID).EmailVerifiedAt)
+		})
+
+		t.Run("ConcurrentUsesOneWins", func(t *testing.T) {
+			t.Parallel()
+			b := setupVerify(t, valid())
+			codes := concurrently(t, 2, func() *http.Request {
+				return jsonRequest(t, "/v1/auth/verify-email", map[string]string{"token": b.raw})
+			}, b.router)
+			require.ElementsMatch(t, []int{http.StatusNoContent, http.StatusBadRequest}, codes)
+		})
+
+		t.Run("PageChangesNothing", func(t *testing.T) {
+			t.Parallel()
+			b := setupVerify(t, valid())
+
+			rec := serve(t, b.router, httptest.NewRequest(http.MethodGet, "/v1/auth/verify-email?token="+b.raw, nil))
+			requireHTML(t, rec, http.StatusOK, `<form method="post" action="verify-email">`, `name="token" value="`+b.raw+`"`)
+			requireTokenPageHeaders(t, rec)
+			require.Nil(t, getUser(t, b.store, b.user.ID).EmailVerifiedAt)
+
+			// The token is still good: the page's form then works.
+			rec = serve(t, b.router, formRequest("/v1/auth/verify-email", url.Values{"token": {b.raw}}))
+			requireHTML(t, rec, http.StatusOK)
+		})
+
+		t.Run("PageWithoutToken", func(t *testing.T) {
+			t.Parallel()
+			b := setupVerify(t, valid())
+			for _, target := range []string{"/v1/auth/verify-email", "/v1/auth/verify-email?token=%3Cscript%3E"} {
+				rec := serve(t, b.router, httptest.NewRequest(http.MethodGet, target, nil))
+				requireHTML(t, rec, http.StatusBadRequest)
+				requireTokenPageHeaders(t, rec)
+				require.NotContains(t, rec.Body.String(), "<script>")
+			}
+		})
+	})
+}
+
+func TestServer_ResetPassword(t *testing.T) {
+	t.Parallel()
+
+	const newPassword = "brand new password"
+
+	dbtest.Engines(t, func(t *testing.T, newStore func(t *testing.T) db.Store) {
+		type bundleWithUser struct {
+			*testBundle
+			user        *db.User
+			raw, other  string
+			oldPassword string
+		}
+		setupReset := func(t *testing.T, expiresAt time.Time) *bundleWithUser {
+			t.Helper()
+			bundle := setup(t, newStore(t), nil)
+			user := insertUser(t, bundle.store, uniqueEmail("reset"), false)
+			raw, other := jobs.ResetToken(testSecret, user.ID*1000+1), jobs.ResetToken(testSecret, user.ID*1000+2)
+			insertToken(t, bundle.store, raw, user.ID, db.TokenPurposeReset, expiresAt)
+			insertToken(t, bundle.store, other, user.ID, db.TokenPurposeReset, time.Now().Add(time.Hour))
+			return &bundleWithUser{bundle, user, raw, other, user.PasswordHash}
+		}
+		valid := func() time.Time { return time.Now().Add(time.Hour) }
+
+		t.Run("JSON", func(t *testing.T) {
+			t.Parallel()
+			b := setupReset(t, valid())
+
+			rec := serve(t, b.router, jsonRequest(t, "/v1/auth/reset-password", map[string]string{"token": b.raw, "password": newPassword}))
+			require.Equal(t, http.StatusNoContent, rec.Code, rec.Body.String())
+			requireTokenPageHeaders(t, rec)
+
+			user := getUser(t, b.store, b.user.ID)
+			ok, err := verifyPassword(user.PasswordHash, newPassword)
+			require.NoError(t, err)
+			require.True(t, ok)
+			require.NotNil(t, user.EmailVerifiedAt, "a completed reset marks the email verified")
+
+			// The used token and the user's other reset token are both spent.
+			for _, token := range []string{b.raw, b.other} {
+				rec = serve(t, b.router, jsonRequest(t, "/v1/auth/reset-password", map[string]string{"token": token, "password": "yet another password"}))
+				decodeProblem(t, rec, http.StatusBadRequest)
+			}
+			ok, err = verifyPassword(getUser(t, b.store, b.user.ID).PasswordHash, newPassword)
+			require.NoError(t, err)
+			require.True(t, ok)
+		})
+
+		t.Run("Form", func(t *testing.T) {
+			t.Parallel()
+			b := setupReset(t, valid())
+
+			rec := serve(t, b.router, formRequest("/v1/auth/reset-password", url.Values{"token": {b.raw}, "password": {newPassword}}))
+			requireHTML(t, rec, http.StatusOK, "Password changed")
+			requireTokenPageHeaders(t, rec)
+
+			rec = serve(t, b.router, formRequest("/v1/auth/reset-password", url.Values{"token": {b.other}, "password": {"short"}}))
+			requireHTML(t, rec, http.StatusUnprocessableEntity, "at least 8 characters")
+		})
+
+		t.Run("Expired", func(t *testing.T) {
+			t.Parallel()
+			b := setupReset(t, time.Now().Add(-time.Second))
+
+			rec := serve(t, b.router, jsonRequest(t, "/v1/auth/reset-password", map[string]string{"token": b.raw, "password": newPassword}))
+			decodeProblem(t, rec, http.StatusBadRequest)
+			user := getUser(t, b.store, b.user.ID)
+			require.Equal(t, b.oldPassword, user.PasswordHash)
+			require.Nil(t, user.EmailVerifiedAt)
+		})
+
+		t.Run("VerifyTokenIsNotAResetToken", func(t *testing.T) {
+			t.Parallel()
+			b := setupReset(t, valid())
+			verify := jobs.VerifyToken(testSecret, 7)
+			insertToken(t, b.store, verify, b.user.ID, db.TokenPurposeVerify, valid())
+
+			rec := serve(t, b.router, jsonRequest(t, "/v1/auth/reset-password", map[string]string{"token": verify, "password": newPassword}))
+			decodeProblem(t, rec, http.StatusBadRequest)
+			require.Equal(t, b.oldPassword, getUser(t, b.store, b.user.ID).PasswordHash)
+		})
+
+		t.Run("ConcurrentUsesOneWins", func(t *testing.T) {
+			t.Parallel()
+			b := setupReset(t, valid())
+			codes := concurrently(t, 2, func() *http.Request {
+				return jsonRequest(t, "/v1/auth/reset-password", map[string]string{"token": b.raw, "password": newPassword})
+			}, b.router)
+			require.ElementsMatch(t, []int{http.StatusNoContent, http.StatusBadRequest}, codes)
+		})
+
+		t.Run("PageChangesNothing", func(t *testing.T) {
+			t.Parallel()
+			b := setupReset(t, valid())
+
+			rec := serve(t, b.router, httptest.NewRequest(http.MethodGet, "/v1/auth/reset-password?token="+b.raw, nil))
+			requireHTML(t, rec, http.StatusOK, `<form method="post" action="reset-password">`, `name="token" value="`+b.raw+`"`, `type="password"`)
+			requireTokenPageHeaders(t, rec)
+			user := getUser(t, b.store, b.user.ID)
+			require.Equal(t, b.oldPassword, user.PasswordHash)
+			require.Nil(t, user.EmailVerifiedAt)
+
+			rec = serve(t, b.router, formRequest("/v1/auth/reset-password", url.Values{"token": {b.raw}, "password": {newPassword}}))
+			requireHTML(t, rec, http.StatusOK)
+		})
+	})
+}
+
+func TestServer_Unsubscribe(t *testing.T) {
+	t.Parallel()
+
+	oneClick := url.Values{"List-Unsubscribe": {"One-Click"}}
+
+	dbtest.Engines(t, func(t *testing.T, newStore func(t *testing.T) db.Store) {
+		bundle := setup(t, newStore(t), nil)
+		user := insertUser(t, bundle.store, uniqueEmail("unsub"), false)
+		token := jobs.UnsubscribeToken(testSecret, user.ID)
+		target := "/v1/unsubscribe?token=" + url.QueryEscape(token)
+
+		// The page changes nothing.
+		rec := serve(t, bundle.router, httptest.NewRequest(http.MethodGet, target, nil))
+		requireHTML(t, rec, http.StatusOK, `<form method="post" action="unsubscribe?token=`+token+`">`, `name="List-Unsubscribe" value="One-Click"`)
+		requireTokenPageHeaders(t, rec)
+		require.Nil(t, getUser(t, bundle.store, user.ID).UnsubscribedAt)
+
+		// One-click POST, urlencoded, no cookie or auth: done, and repeatable.
+		rec = serve(t, bundle.router, formRequest(target, oneClick))
+		requireHTML(t, rec, http.StatusOK, "You are unsubscribed")
+		requireTokenPageHeaders(t, rec)
+		first := getUser(t, bundle.store, user.ID).UnsubscribedAt
+		require.NotNil(t, first)
+
+		rec = serve(t, bundle.router, formRequest(target, oneClick))
+		requireHTML(t, rec, http.StatusOK)
+		rec = serve(t, bundle.router, multipartRequest(t, target, oneClick))
+		requireHTML(t, rec, http.StatusOK)
+		require.Equal(t, first.Unix(), getUser(t, bundle.store, user.ID).UnsubscribedAt.Unix())
+
+		// Multipart alone works for another user.
+		other := insertUser(t, bundle.store, uniqueEmail("unsub"), false)
+		rec = serve(t, bundle.router, multipartRequest(t, "/v1/unsubscribe?token="+jobs.UnsubscribeToken(testSecret, other.ID), oneClick))
+		requireHTML(t, rec, http.StatusOK)
+		require.NotNil(t, getUser(t, bundle.store, other.ID).UnsubscribedAt)
+
+		// Forged, foreign, malformed or missing tokens: 400, nothing changes, never a redirect.
+		victim := insertUser(t, bundle.store, uniqueEmail("unsub"), false)
+		for _, forged := range []string{
+			jobs.UnsubscribeToken([]byte("another secret, another deployment!!"), victim.ID),
+			strings.Replace(jobs.UnsubscribeToken(testSecret, user.ID), itoa(user.ID), itoa(victim.ID), 1),
+			itoa(victim.ID) + ".",
+			"",
+		} {
+			rec := serve(t, bundle.router, formRequest("/v1/unsubscribe?token="+url.QueryEscape(forged), oneClick))
+			requireHTML(t, rec, http.StatusBadRequest)
+			requireTokenPageHeaders(t, rec)
+			rec = serve(t, bundle.router, httptest.NewRequest(http.MethodGet, "/v1/unsubscribe?token="+url.QueryEscape(forged), nil))
+			requireHTML(t, rec, http.StatusBadRequest)
+		}
+		require.Nil(t, getUser(t, bundle.store, victim.ID).UnsubscribedAt)
+
+		// RFC 8058's body is required.
+		victimTarget := "/v1/unsubscribe?token=" + jobs.UnsubscribeToken(testSecret, victim.ID)
+		rec = serve(t, bundle.router, formRequest(victimTarget, url.Values{"List-Unsubscribe": {"Maybe"}}))
+		requireHTML(t, rec, http.StatusBadRequest)
+		require.Nil(t, getUser(t, bundle.store, victim.ID).UnsubscribedAt)
+
+		// A validly signed token of a user who no longer exists has nothing to do: still 200.
+		rec = serve(t, bundle.router, formRequest("/v1/unsubscribe?token="+jobs.UnsubscribeToken(testSecret, 987654321), oneClick))
+		requireHTML(t, rec, http.StatusOK)
+	})
+}
+
+// concurrently sends n requests made by newRequest at once and returns their statuses.
+func concurrently(t *testing.T, n int, newRequest func() *http.Request, router http.Handler) []int {
+	t.Helper()
+	reqs := make([]*http.Request, n)
+	for i := range reqs {
+		reqs[i] = newRequest()
+	}
+	codes := make([]int, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i, req := range reqs {
+		wg.Go(func() {
+			<-start
+			codes[i] = serve(t, router, req).Code
+		})
+	}
+	close(start)
+	wg.Wait()
+	return codes
+}
