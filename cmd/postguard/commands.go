@@ -1,0 +1,48 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"runtime/debug"
+)
+
+// version is set at build time with -ldflags "-X main.version=v1.2.3".
+var version = "dev"
+
+// versionCommand prints the version and the build's module versions of River.
+type versionCommand struct{}
+
+func (c *versionCommand) Run(_ context.Context, env *commandEnv) error {
+	river := "unknown"
+	if info, ok := debug.ReadBuildInfo(); ok {
+		for _, dep := range info.Deps {
+			if dep.Path == "github.com/riverqueue/river" {
+				river = dep.Version
+			}
+		}
+	}
+	_, err := fmt.Fprintf(env.Stdout, "postguard %s (river %s)\n", version, river)
+	return err
+}
+
+// migrateCommand applies River's migrations and then the app's, under a lock; idempotent, so a
+// deploy may run `river migrate-up` before it, or not at all.
+type migrateCommand struct{}
+
+func (c *migrateCommand) Run(ctx context.Context, env *commandEnv) error {
+	cfg, logger, err := env.configure()
+	if err != nil {
+		return err
+	}
+	store, err := openStore(ctx, cfg, logger)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+
+	if err := store.Migrate(ctx); err != nil {
+		return fmt.Errorf("error migrating %s database: %w", store.Engine(), err)
+	}
+	_, err = fmt.Fprintf(env.Stdout, "postguard: %s schema is up to date (River's and the app's migrations)\n", store.Engine())
+	return err
+}

@@ -1,0 +1,289 @@
+package main
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/postguard/postguard/api/abuse"
+)
+
+// Engines a DATABASE_URL can select.
+const (
+	enginePostgres = "postgres"
+	engineSQLite   = "sqlite"
+)
+
+// Mailers MAILER can select.
+const (
+	mailerResend = "resend"
+	mailerLog    = "log"
+	mailerNone   = "none"
+)
+
+// minSecretLen is the shortest APP_SECRET accepted: an HMAC key shorter than its hash's block of
+// entropy (32 bytes for SHA-256) weakens every token and rate-limit key derived from it.
+const minSecretLen = 32
+
+// config is everything postguard reads from its environment, read once at start by loadConfig.
+type config struct {
+	DatabaseURL string
+	Engine      string // enginePostgres or engineSQLite
+	SQLitePath  string // with engineSQLite: the file, verbatim from sqlite://PATH
+
+	HTTPAddr string
+	AppURL   string
+
+	// AppSecret is nil on the embedded default when APP_SECRET is unset: the store then keeps a
+	// generated one.
+	AppSecret []byte
+
+	ResendAPIKey    string
+	ResendFromEmail string
+	ResendBaseURL   string
+	ResendMaxRPS    float64
+	Mailer          string
+
+	TrustedProxies []netip.Prefix
+	Rules          abuse.Rules
+
+	RiverUIUsername string
+	RiverUIPassword string
+
+	JobRetention      time.Duration
+	CounterRetention  time.Duration
+	PruneInterval     time.Duration
+	ShutdownTimeout   time.Duration
+	EmailWorkers      int
+	JobTimeout        time.Duration
+	JobRescueAfter    time.Duration
+	FetchCooldown     time.Duration
+	FetchPollInterval time.Duration
+
+	LogFormat string
+	LogLevel  slog.Level
+}
+
+// loadConfig reads the configuration from getenv (os.Getenv in main). Every bad value is
+// reported, each naming its variable and what it expects, so an operator fixes them in one go.
+func loadConfig(getenv func(string) string) (*config, error) {
+	p := &envParser{getenv: getenv}
+	cfg := &config{
+		DatabaseURL:       cmp.Or(getenv("DATABASE_URL"), "sqlite://postguard.db"),
+		HTTPAddr:          cmp.Or(getenv("HTTP_ADDR"), ":8080"),
+		ResendAPIKey:      getenv("RESEND_API_KEY"),
+		ResendFromEmail:   getenv("RESEND_FROM_EMAIL"),
+		ResendBaseURL:     cmp.Or(getenv("RESEND_BASE_URL"), "https://api.resend.com/"),
+		RiverUIUsername:   getenv("RIVERUI_USERNAME"),
+		RiverUIPassword:   getenv("RIVERUI_PASSWORD"),
+		JobRetention:      p.duration("JOB_RETENTION", 336*time.Hour, time.Minute),
+		CounterRetention:  p.duration("COUNTER_RETENTION", 24*time.Hour, 0),
+		PruneInterval:     p.duration("PRUNE_INTERVAL", time.Hour, time.Second),
+		ShutdownTimeout:   p.duration("SHUTDOWN_TIMEOUT", 10*time.Second, 0),
+		ResendMaxRPS:      p.float("RESEND_MAX_RPS", 2),
+		EmailWorkers:      p.int("EMAIL_WORKERS", 10, 1, 10_000),
+		JobTimeout:        p.duration("JOB_TIMEOUT", 30*time.Second, time.Second),
+		JobRescueAfter:    p.duration("JOB_RESCUE_AFTER", 5*time.Minute, time.Second),
+		FetchCooldown:     p.duration("JOB_FETCH_COOLDOWN", 100*time.Millisecond, time.Millisecond),
+		FetchPollInterval: p.duration("JOB_FETCH_POLL_INTERVAL", time.Second, time.Millisecond),
+	}
+
+	p.databaseURL(cfg)
+	cfg.AppURL = p.appURL()
+	cfg.AppSecret = p.secret(cfg.Engine)
+	cfg.TrustedProxies = p.trustedProxies()
+	cfg.Rules = p.rules()
+	cfg.Mailer = p.mailer(cfg)
+	cfg.LogFormat, cfg.LogLevel = p.logging()
+
+	if cfg.JobRescueAfter <= cfg.JobTimeout {
+		p.fail("JOB_RESCUE_AFTER", "must exceed JOB_TIMEOUT (%s), or a job still running would be rescued and worked twice", cfg.JobTimeout)
+	}
+	if cfg.FetchPollInterval < cfg.FetchCooldown {
+		p.fail("JOB_FETCH_POLL_INTERVAL", "must be at least JOB_FETCH_COOLDOWN (%s)", cfg.FetchCooldown)
+	}
+	if cfg.ResendMaxRPS < 0 {
+		p.fail("RESEND_MAX_RPS", "must be 0 (unpaced) or a positive number of sends per second")
+	}
+	if (cfg.RiverUIUsername == "") != (cfg.RiverUIPassword == "") {
+		p.fail("RIVERUI_PASSWORD", "RIVERUI_USERNAME and RIVERUI_PASSWORD must be set together (River UI is not mounted when both are unset)")
+	}
+
+	if len(p.errs) > 0 {
+		return nil, errors.Join(p.errs...)
+	}
+	return cfg, nil
+}
+
+// envParser collects every configuration error instead of stopping at the first.
+type envParser struct {
+	getenv func(string) string
+	errs   []error
+}
+
+func (p *envParser) fail(name, format string, args ...any) {
+	p.errs = append(p.errs, fmt.Errorf("invalid %s: %s", name, fmt.Sprintf(format, args...)))
+}
+
+func (p *envParser) duration(name string, def, minimum time.Duration) time.Duration {
+	s := p.getenv(name)
+	if s == "" {
+		return def
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < minimum {
+		p.fail(name, "%q is not a duration of at least %s (examples: 30s, 15m, 24h)", s, minimum)
+		return def
+	}
+	return d
+}
+
+func (p *envParser) int(name string, def, minimum, maximum int) int {
+	s := p.getenv(name)
+	if s == "" {
+		return def
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < minimum || n > maximum {
+		p.fail(name, "%q is not a whole number from %d to %d", s, minimum, maximum)
+		return def
+	}
+	return n
+}
+
+func (p *envParser) float(name string, def float64) float64 {
+	s := p.getenv(name)
+	if s == "" {
+		return def
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || f != f { // NaN
+		p.fail(name, "%q is not a number", s)
+		return def
+	}
+	return f
+}
+
+func (p *envParser) databaseURL(cfg *config) {
+	raw := cfg.DatabaseURL
+	switch {
+	case strings.HasPrefix(raw, "postgres://"), strings.HasPrefix(raw, "postgresql://"):
+		u, err := url.Parse(raw)
+		if err != nil || u.Host == "" {
+			p.fail("DATABASE_URL", "cannot parse the PostgreSQL URL (expected postgres://user:pass@host:5432/dbname)")
+			return
+		}
+		cfg.Engine = enginePostgres
+	case strings.HasPrefix(raw, "sqlite://"):
+		path := strings.TrimPrefix(raw, "sqlite://")
+		if path == "" {
+			p.fail("DATABASE_URL", "sqlite:// needs a file path, e.g. sqlite://postguard.db")
+			return
+		}
+		cfg.Engine, cfg.SQLitePath = engineSQLite, path
+	default:
+		p.fail("DATABASE_URL", "must start with postgres://, postgresql:// or sqlite:// (the default is sqlite://postguard.db)")
+	}
+}
+
+func (p *envParser) appURL() string {
+	raw := cmp.Or(p.getenv("APP_URL"), "http://localhost:8080")
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+		p.fail("APP_URL", "%q is not an absolute http(s) URL without query (links in mail start with it)", raw)
+		return raw
+	}
+	return strings.TrimRight(raw, "/")
+}
+
+func (p *envParser) secret(engine string) []byte {
+	s := p.getenv("APP_SECRET")
+	switch {
+	case s == "" && engine == enginePostgres:
+		p.fail("APP_SECRET", "required on PostgreSQL: at least %d random bytes, e.g. `openssl rand -hex 32`", minSecretLen)
+		return nil
+	case s == "":
+		return nil // the embedded default keeps a generated secret in its database
+	case len(s) < minSecretLen:
+		p.fail("APP_SECRET", "is %d bytes; it must be at least %d (e.g. `openssl rand -hex 32`)", len(s), minSecretLen)
+		return nil
+	}
+	// The value's bytes are the key, whatever its encoding: every process of a deployment derives
+	// the same keys from the same text.
+	return []byte(s)
+}
+
+func (p *envParser) trustedProxies() []netip.Prefix {
+	prefixes, err := abuse.ParseTrustedProxies(p.getenv("TRUSTED_PROXIES"))
+	if err != nil {
+		p.fail("TRUSTED_PROXIES", "%v (expected IPs or CIDRs separated by commas, e.g. 10.0.0.0/8,192.168.1.1)", err)
+		return nil
+	}
+	return prefixes
+}
+
+func (p *envParser) rules() abuse.Rules {
+	rules := abuse.DefaultRules()
+	for _, rule := range rules.All() {
+		s := p.getenv(rule.EnvName())
+		if s == "" {
+			continue
+		}
+		limit, window, err := abuse.ParseLimit(s)
+		if err != nil {
+			p.fail(rule.EnvName(), "%q: %v (expected N/DURATION, e.g. 5/15m)", s, err)
+			continue
+		}
+		rule.Limit, rule.Window = limit, window
+		rules = rules.With(rule)
+	}
+	return rules
+}
+
+func (p *envParser) mailer(cfg *config) string {
+	mailer := p.getenv("MAILER")
+	if mailer == "" {
+		switch {
+		case cfg.ResendAPIKey != "":
+			mailer = mailerResend
+		case cfg.Engine == engineSQLite:
+			mailer = mailerLog
+		default:
+			mailer = mailerNone
+		}
+	}
+	switch mailer {
+	case mailerResend:
+		if cfg.ResendAPIKey == "" {
+			p.fail("RESEND_API_KEY", "required when MAILER=resend")
+		}
+		if cfg.ResendFromEmail == "" {
+			p.fail("RESEND_FROM_EMAIL", "required when MAILER=resend (a sender on a domain verified with Resend)")
+		}
+		if u, err := url.Parse(cfg.ResendBaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			p.fail("RESEND_BASE_URL", "%q is not an absolute http(s) URL", cfg.ResendBaseURL)
+		}
+	case mailerLog, mailerNone:
+	default:
+		p.fail("MAILER", "%q is not one of resend, log, none", mailer)
+	}
+	return mailer
+}
+
+func (p *envParser) logging() (string, slog.Level) {
+	format := cmp.Or(p.getenv("LOG_FORMAT"), "text")
+	if format != "text" && format != "json" {
+		p.fail("LOG_FORMAT", "%q is not one of text, json", format)
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(cmp.Or(p.getenv("LOG_LEVEL"), "info"))); err != nil {
+		p.fail("LOG_LEVEL", "%q is not one of debug, info, warn, error", p.getenv("LOG_LEVEL"))
+	}
+	return format, level
+}

@@ -1,0 +1,139 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/postguard/postguard/api/abuse"
+)
+
+func envFunc(env map[string]string) func(string) string {
+	return func(name string) string { return env[name] }
+}
+
+func TestLoadConfig(t *testing.T) {
+	t.Parallel()
+
+	t.Run("EmbeddedDefaults", func(t *testing.T) {
+		t.Parallel()
+
+		cfg, err := loadConfig(envFunc(nil))
+		require.NoError(t, err)
+		require.Equal(t, engineSQLite, cfg.Engine)
+		require.Equal(t, "postguard.db", cfg.SQLitePath)
+		require.Equal(t, ":8080", cfg.HTTPAddr)
+		require.Equal(t, "http://localhost:8080", cfg.AppURL)
+		require.Nil(t, cfg.AppSecret, "the embedded default keeps a generated secret in its database")
+		require.Equal(t, mailerLog, cfg.Mailer)
+		require.Equal(t, 336*time.Hour, cfg.JobRetention)
+		require.Equal(t, 24*time.Hour, cfg.CounterRetention)
+		require.Equal(t, time.Hour, cfg.PruneInterval)
+		require.Equal(t, 10*time.Second, cfg.ShutdownTimeout)
+		require.InDelta(t, 2.0, cfg.ResendMaxRPS, 0)
+		require.Equal(t, 10, cfg.EmailWorkers)
+		require.Equal(t, 30*time.Second, cfg.JobTimeout)
+		require.Equal(t, 5*time.Minute, cfg.JobRescueAfter)
+		require.Equal(t, "text", cfg.LogFormat)
+		require.Empty(t, cfg.TrustedProxies)
+		require.Equal(t, abuse.DefaultRules().All(), cfg.Rules.All())
+	})
+
+	t.Run("SQLitePathVerbatim", func(t *testing.T) {
+		t.Parallel()
+
+		cfg, err := loadConfig(envFunc(map[string]string{"DATABASE_URL": "sqlite:///var/lib/postguard/data.db"}))
+		require.NoError(t, err)
+		require.Equal(t, "/var/lib/postguard/data.db", cfg.SQLitePath)
+	})
+
+	t.Run("Postgres", func(t *testing.T) {
+		t.Parallel()
+
+		cfg, err := loadConfig(envFunc(map[string]string{
+			"DATABASE_URL":      "postgresql://app@db.internal:5432/postguard",
+			"APP_SECRET":        strings.Repeat("s", 32),
+			"RESEND_API_KEY":    "re_123",
+			"RESEND_FROM_EMAIL": "hello@example.com",
+			"TRUSTED_PROXIES":   "10.0.0.0/8, 192.168.1.1",
+		}))
+		require.NoError(t, err)
+		require.Equal(t, enginePostgres, cfg.Engine)
+		require.Equal(t, mailerResend, cfg.Mailer, "a Resend key selects the Resend mailer")
+		require.Len(t, cfg.TrustedProxies, 2)
+	})
+
+	t.Run("PostgresWithoutMailerHoldsMail", func(t *testing.T) {
+		t.Parallel()
+
+		cfg, err := loadConfig(envFunc(map[string]string{
+			"DATABASE_URL": "postgres://app@db/postguard",
+			"APP_SECRET":   strings.Repeat("s", 32),
+		}))
+		require.NoError(t, err)
+		require.Equal(t, mailerNone, cfg.Mailer)
+	})
+
+	t.Run("RateLimitOverride", func(t *testing.T) {
+		t.Parallel()
+
+		cfg, err := loadConfig(envFunc(map[string]string{"RATE_LIMIT_FORGOT_PASSWORD_EMAIL": "7/2h"}))
+		require.NoError(t, err)
+		var found bool
+		for _, rule := range cfg.Rules.All() {
+			if rule.EnvName() == "RATE_LIMIT_FORGOT_PASSWORD_EMAIL" {
+				found = true
+				require.Equal(t, int64(7), rule.Limit)
+				require.Equal(t, 2*time.Hour, rule.Window)
+			}
+		}
+		require.True(t, found)
+	})
+
+	// Every bad value stops the process with a message that names its variable.
+	for _, tt := range []struct {
+		name string
+		env  map[string]string
+		want string
+	}{
+		{"RateLimit", map[string]string{"RATE_LIMIT_REGISTER_IP": "abc"}, "RATE_LIMIT_REGISTER_IP"},
+		{"RateLimitZero", map[string]string{"RATE_LIMIT_RESEND_VERIFICATION_EMAIL": "0/1m"}, "RATE_LIMIT_RESEND_VERIFICATION_EMAIL"},
+		{"DatabaseURLScheme", map[string]string{"DATABASE_URL": "mysql://x"}, "DATABASE_URL"},
+		{"DatabaseURLUnparsable", map[string]string{"DATABASE_URL": "postgres://%zz", "APP_SECRET": strings.Repeat("s", 32)}, "DATABASE_URL"},
+		{"SQLiteNoPath", map[string]string{"DATABASE_URL": "sqlite://"}, "DATABASE_URL"},
+		{"TrustedProxies", map[string]string{"TRUSTED_PROXIES": "10.0.0.0/33"}, "TRUSTED_PROXIES"},
+		{"SecretRequiredOnPostgres", map[string]string{"DATABASE_URL": "postgres://db/x"}, "APP_SECRET"},
+		{"SecretTooShort", map[string]string{"APP_SECRET": "short"}, "APP_SECRET"},
+		{"Duration", map[string]string{"JOB_TIMEOUT": "soon"}, "JOB_TIMEOUT"},
+		{"RescueNotAfterTimeout", map[string]string{"JOB_TIMEOUT": "5m", "JOB_RESCUE_AFTER": "1m"}, "JOB_RESCUE_AFTER"},
+		{"FetchPollBelowCooldown", map[string]string{"JOB_FETCH_POLL_INTERVAL": "10ms"}, "JOB_FETCH_POLL_INTERVAL"},
+		{"Workers", map[string]string{"EMAIL_WORKERS": "0"}, "EMAIL_WORKERS"},
+		{"MaxRPS", map[string]string{"RESEND_MAX_RPS": "-1"}, "RESEND_MAX_RPS"},
+		{"MaxRPSGarbage", map[string]string{"RESEND_MAX_RPS": "fast"}, "RESEND_MAX_RPS"},
+		{"Mailer", map[string]string{"MAILER": "smtp"}, "MAILER"},
+		{"ResendWithoutFrom", map[string]string{"MAILER": "resend", "RESEND_API_KEY": "re_1"}, "RESEND_FROM_EMAIL"},
+		{"ResendBaseURL", map[string]string{"RESEND_API_KEY": "re_1", "RESEND_FROM_EMAIL": "a@b.c", "RESEND_BASE_URL": "::"}, "RESEND_BASE_URL"},
+		{"AppURL", map[string]string{"APP_URL": "localhost:8080"}, "APP_URL"},
+		{"LogFormat", map[string]string{"LOG_FORMAT": "xml"}, "LOG_FORMAT"},
+		{"LogLevel", map[string]string{"LOG_LEVEL": "loud"}, "LOG_LEVEL"},
+		{"RiverUIHalf", map[string]string{"RIVERUI_USERNAME": "admin"}, "RIVERUI_PASSWORD"},
+	} {
+		t.Run("Invalid"+tt.name, func(t *testing.T) {
+			t.Parallel()
+
+			_, err := loadConfig(envFunc(tt.env))
+			require.Error(t, err)
+			require.Contains(t, err.Error(), tt.want)
+		})
+	}
+
+	t.Run("ReportsEveryError", func(t *testing.T) {
+		t.Parallel()
+
+		_, err := loadConfig(envFunc(map[string]string{"JOB_TIMEOUT": "x", "LOG_FORMAT": "xml"}))
+		require.ErrorContains(t, err, "JOB_TIMEOUT")
+		require.ErrorContains(t, err, "LOG_FORMAT")
+	})
+}

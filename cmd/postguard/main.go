@@ -1,0 +1,106 @@
+// Command postguard guards a web app's auth routes: a transactional email queue on River and
+// database-backed rate limits. See README.md.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	switch {
+	case err == nil:
+	case errors.Is(err, errUsage):
+		os.Exit(2)
+	default:
+		fmt.Fprintf(os.Stderr, "postguard: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+// errUsage is returned after the usage text has been printed for a wrong command line.
+var errUsage = errors.New("usage")
+
+const usage = `postguard guards a web app's auth routes.
+
+Usage: postguard <command>
+
+Commands:
+  serve     API, workers and periodic jobs in one process (migrates the embedded default by itself)
+  api       HTTP only: inserts jobs, works none (PostgreSQL)
+  worker    workers and periodic jobs; HTTP_ADDR serves /healthz, /readyz, /metrics (PostgreSQL)
+  migrate   apply River's migrations and then the app's (idempotent)
+  version   print the version
+
+Configuration is read from the environment; see README.md.
+`
+
+// run is main without the process: it takes the command line, the environment and the output
+// streams, so tests can call it.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) != 1 {
+		fmt.Fprint(stderr, usage)
+		return errUsage
+	}
+
+	var cmd command
+	switch args[0] {
+	case "serve":
+		cmd = &serverCommand{role: roleServe}
+	case "api":
+		cmd = &serverCommand{role: roleAPI}
+	case "worker":
+		cmd = &serverCommand{role: roleWorker}
+	case "migrate":
+		cmd = &migrateCommand{}
+	case "version":
+		cmd = &versionCommand{}
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	default:
+		fmt.Fprintf(stderr, "postguard: unknown command %q\n\n%s", args[0], usage)
+		return errUsage
+	}
+	return cmd.Run(ctx, &commandEnv{Getenv: getenv, Stdout: stdout, Stderr: stderr})
+}
+
+// command is one subcommand.
+type command interface {
+	Run(ctx context.Context, env *commandEnv) error
+}
+
+// commandEnv is what a command gets from its process: the environment and the output streams.
+type commandEnv struct {
+	Getenv func(string) string
+	Stdout io.Writer
+	Stderr io.Writer
+}
+
+// configure reads the configuration and builds the logger.
+func (e *commandEnv) configure() (*config, *slog.Logger, error) {
+	cfg, err := loadConfig(e.Getenv)
+	if err != nil {
+		return nil, nil, fmt.Errorf("configuration error:\n%w", err)
+	}
+	return cfg, newLogger(cfg, e.Stderr), nil
+}
+
+// newLogger builds the process logger from LOG_FORMAT and LOG_LEVEL.
+func newLogger(cfg *config, w io.Writer) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: cfg.LogLevel}
+	if cfg.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}

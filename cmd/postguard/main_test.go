@@ -1,0 +1,196 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/postguard/postguard/db/dbtest"
+)
+
+// syncBuffer is a bytes.Buffer safe for the server's goroutines to write while a test reads.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// runningServer is a server command started by startServer.
+type runningServer struct {
+	URL    string
+	Logs   *syncBuffer
+	cancel context.CancelFunc
+	exited chan struct{} // closed once the command returned err
+	err    error
+}
+
+// stop sends the equivalent of SIGTERM and returns what the command returned.
+func (s *runningServer) stop(t *testing.T) error {
+	t.Helper()
+	s.cancel()
+	select {
+	case <-s.exited:
+		return s.err
+	case <-time.After(30 * time.Second):
+		t.Fatal("server did not stop within 30s of SIGTERM")
+		return nil
+	}
+}
+
+func startServer(t *testing.T, r role, env map[string]string) *runningServer {
+	t.Helper()
+
+	env["HTTP_ADDR"] = "127.0.0.1:0"
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan net.Addr, 1)
+	logs := &syncBuffer{}
+	cmd := &serverCommand{role: r, readyFunc: func(addr net.Addr) { ready <- addr }}
+	s := &runningServer{Logs: logs, cancel: cancel, exited: make(chan struct{})}
+	go func() {
+		defer close(s.exited)
+		s.err = cmd.Run(ctx, &commandEnv{Getenv: envFunc(env), Stdout: io.Discard, Stderr: logs})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-s.exited
+	})
+
+	select {
+	case addr := <-ready:
+		s.URL = "http://" + addr.String()
+		return s
+	case <-s.exited:
+		t.Fatalf("server exited before serving: %v\nlogs:\n%s", s.err, logs.String())
+	case <-time.After(60 * time.Second):
+		t.Fatalf("server did not start within 60s\nlogs:\n%s", logs.String())
+	}
+	return nil
+}
+
+func runCommand(t *testing.T, args []string, env map[string]string) (string, error) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	err := run(context.Background(), args, envFunc(env), &stdout, &stderr)
+	return stdout.String() + stderr.String(), err
+}
+
+func TestRun(t *testing.T) {
+	t.Parallel()
+
+	t.Run("Usage", func(t *testing.T) {
+		t.Parallel()
+
+		out, err := runCommand(t, nil, nil)
+		require.ErrorIs(t, err, errUsage)
+		require.Contains(t, out, "Usage: postguard <command>")
+
+		out, err = runCommand(t, []string{"bogus"}, nil)
+		require.ErrorIs(t, err, errUsage)
+		require.Contains(t, out, `unknown command "bogus"`)
+	})
+
+	t.Run("Version", func(t *testing.T) {
+		t.Parallel()
+
+		out, err := runCommand(t, []string{"version"}, nil)
+		require.NoError(t, err)
+		require.Contains(t, out, "postguard dev")
+	})
+
+	t.Run("BadConfigNamesVariable", func(t *testing.T) {
+		t.Parallel()
+
+		_, err := runCommand(t, []string{"serve"}, map[string]string{"RATE_LIMIT_REGISTER_IP": "abc"})
+		require.ErrorContains(t, err, "RATE_LIMIT_REGISTER_IP")
+	})
+
+	t.Run("APIAndWorkerNeedPostgres", func(t *testing.T) {
+		t.Parallel()
+
+		for _, cmd := range []string{"api", "worker"} {
+			_, err := runCommand(t, []string{cmd}, map[string]string{"DATABASE_URL": "sqlite://" + filepath.Join(t.TempDir(), "x.db")})
+			require.ErrorContains(t, err, "use `postguard serve`")
+		}
+	})
+}
+
+func TestServe_Postgres(t *testing.T) {
+	t.Parallel()
+
+	t.Run("RefusesSchemaBehind", func(t *testing.T) {
+		t.Parallel()
+
+		env := map[string]string{"DATABASE_URL": dbtest.PostgresEmptyURL(t), "APP_SECRET": strings.Repeat("k", 32)}
+		_, err := runCommand(t, []string{"serve"}, env)
+		require.ErrorContains(t, err, "postguard migrate")
+	})
+
+	t.Run("MigrateTwiceThenServe", func(t *testing.T) {
+		t.Parallel()
+
+		env := map[string]string{"DATABASE_URL": dbtest.PostgresEmptyURL(t), "APP_SECRET": strings.Repeat("k", 32)}
+		for range 2 {
+			out, err := runCommand(t, []string{"migrate"}, env)
+			require.NoError(t, err, out)
+			require.Contains(t, out, "up to date")
+		}
+
+		server := startServer(t, roleServe, env)
+		resp, err := http.Get(server.URL + "/healthz")
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		require.NoError(t, server.stop(t), "SIGTERM exits cleanly")
+	})
+}
+
+func TestServe_SQLite(t *testing.T) {
+	t.Parallel()
+
+	dbPath := filepath.Join(t.TempDir(), "postguard.db")
+	env := map[string]string{"DATABASE_URL": "sqlite://" + dbPath, "JOB_FETCH_COOLDOWN": "10ms", "JOB_FETCH_POLL_INTERVAL": "50ms"}
+
+	server := startServer(t, roleServe, env)
+	resp, err := http.Post(server.URL+"/v1/auth/register", "application/json",
+		strings.NewReader(`{"email":"Ada@Example.com","password":"correct horse battery","name":"Ada"}`))
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusCreated, resp.StatusCode, string(body))
+
+	// The log mailer prints both mails of a registration, with their links, to the process log.
+	require.Eventually(t, func() bool {
+		logs := server.Logs.String()
+		return strings.Contains(logs, "/v1/auth/verify-email?token=") && strings.Contains(logs, "/v1/unsubscribe?token=")
+	}, 20*time.Second, 50*time.Millisecond, "mail not printed; logs:\n%s", server.Logs.String())
+	require.NoError(t, server.stop(t))
+
+	// Data survives a restart: the same email is taken.
+	server = startServer(t, roleServe, env)
+	resp, err = http.Post(server.URL+"/v1/auth/register", "application/json",
+		strings.NewReader(`{"email":"ada@example.com","password":"another good password"}`))
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusConflict, resp.StatusCode)
+	require.NoError(t, server.stop(t))
+}
