@@ -52,8 +52,8 @@ func TestPasswordHasher_Bounded(t *testing.T) {
 		done <- err
 	}()
 	select {
-	case <-done:
-		t.Fatal("hash ran while every slot was taken")
+	case err := <-done:
+		t.Fatalf("hash ran while every slot was taken (err: %v)", err)
 	case <-time.After(50 * time.Millisecond):
 	}
 	<-hasher.sem

@@ -106,9 +106,10 @@ func NewLimiter(store Consumer, secret []byte, rules Rules, config *LimiterConfi
 			lr.refused = decisions.WithLabelValues(string(rule.Action), string(rule.Scope), "refused")
 		}
 		ar := l.actions[rule.Action]
-		if rule.Scope == ScopeIP {
+		switch rule.Scope {
+		case ScopeIP:
 			ar.ip = lr
-		} else if rule.Scope == ScopeEmail {
+		case ScopeEmail:
 			ar.email = lr
 		}
 		l.actions[rule.Action] = ar

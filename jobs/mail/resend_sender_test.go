@@ -195,7 +195,7 @@ func TestResendSender_Send(t *testing.T) {
 		<-received
 
 		err := bundle.sender.Send(t.Context(), testMessage("k1"))
-		requireProviderError(t, err, http.StatusConflict, "concurrent_idempotent_requests")
+		_ = requireProviderError(t, err, http.StatusConflict, "concurrent_idempotent_requests")
 		require.Equal(t, Outcome{Action: ActionSnooze, SnoozeFor: ConcurrentIdempotencySnooze}, Classify(err))
 
 		close(release)
@@ -245,7 +245,7 @@ func TestResendSender_Send(t *testing.T) {
 		other := testMessage("k1")
 		other.Subject = "Another subject"
 		err := bundle.sender.Send(t.Context(), other)
-		requireProviderError(t, err, http.StatusConflict, "invalid_idempotent_request")
+		_ = requireProviderError(t, err, http.StatusConflict, "invalid_idempotent_request")
 		require.Equal(t, Outcome{Action: ActionCancel}, Classify(err))
 	})
 
@@ -272,7 +272,7 @@ func TestResendSender_Send(t *testing.T) {
 		msg := testMessage("k1")
 		msg.Subject = ""
 		err := bundle.sender.Send(t.Context(), msg)
-		requireProviderError(t, err, http.StatusUnprocessableEntity, "missing_required_field")
+		_ = requireProviderError(t, err, http.StatusUnprocessableEntity, "missing_required_field")
 		require.Equal(t, Outcome{Action: ActionCancel}, Classify(err))
 	})
 
@@ -364,9 +364,9 @@ func TestResendSender_Send(t *testing.T) {
 			case 0:
 				require.NoError(t, err, "send %d", i)
 			case 1:
-				requireProviderError(t, err, http.StatusUnprocessableEntity, "missing_required_field")
+				_ = requireProviderError(t, err, http.StatusUnprocessableEntity, "missing_required_field")
 			case 2:
-				requireProviderError(t, err, http.StatusConflict, "invalid_idempotent_request")
+				_ = requireProviderError(t, err, http.StatusConflict, "invalid_idempotent_request")
 			}
 		}
 		require.Len(t, bundle.fake.Deliveries(), 1+n/3)
