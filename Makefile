@@ -22,6 +22,9 @@ lint:
 	$(GO) tool sqlc diff
 	$(GO) tool golangci-lint run ./...
 
+load:
+	$(GO) run ./cmd/postguard-load
+
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
