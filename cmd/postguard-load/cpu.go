@@ -1,0 +1,146 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// clockTick is the unit of /proc's CPU times (USER_HZ, 100 on Linux).
+const clockTick = 10 * time.Millisecond
+
+// cpuSnapshot is the CPU time used so far by this process, by the local PostgreSQL server's
+// processes, and by the whole machine; two snapshots give a measurement's share of each. The
+// machine's figures let the report show how much CPU other processes took meanwhile: on a shared
+// machine they explain a rate that moves between runs.
+type cpuSnapshot struct {
+	self     time.Duration
+	db       map[int]time.Duration // by PID; nil when no process named postgres was found
+	busy     time.Duration
+	capacity time.Duration // busy + idle, all CPUs
+}
+
+func takeCPU() cpuSnapshot {
+	s := cpuSnapshot{self: processCPU(), db: postgresCPU()}
+	s.busy, s.capacity = machineCPU()
+	return s
+}
+
+// cpuDelta is what happened between two snapshots.
+type cpuDelta struct {
+	self   time.Duration
+	db     time.Duration
+	dbSeen bool
+	// others is the fraction of the machine's CPU capacity used by processes other than this one
+	// and PostgreSQL's; -1 when unknown.
+	others float64
+}
+
+func (s cpuSnapshot) since(start cpuSnapshot) cpuDelta {
+	d := cpuDelta{
+		self:   s.self - start.self,
+		dbSeen: s.db != nil && start.db != nil,
+		others: -1,
+	}
+	// Per process: a backend that exited meanwhile takes its time with it (its share is lost,
+	// which understates); one that started meanwhile counts from zero.
+	for pid, t := range s.db {
+		d.db += max(t-start.db[pid], 0)
+	}
+	if capacity := s.capacity - start.capacity; capacity > 0 {
+		others := s.busy - start.busy - d.self - d.db
+		d.others = min(max(float64(others)/float64(capacity), 0), 1)
+	}
+	return d
+}
+
+// processCPU is the user and system CPU time this process has used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// postgresCPU returns the user and system CPU time of each process named "postgres" (the
+// server and its backends, when the database runs on this machine), or nil when there is none.
+func postgresCPU() map[int]time.Duration {
+	paths, err := filepath.Glob("/proc/[0-9]*/stat")
+	if err != nil {
+		return nil
+	}
+	var byPID map[int]time.Duration
+	for _, path := range paths {
+		data, err := os.ReadFile(path) //nolint:gosec // G304: path is /proc/<pid>/stat, from the glob above
+		if err != nil {
+			continue // gone meanwhile
+		}
+		comm, utime, stime, ok := parseProcStat(data)
+		if !ok || comm != "postgres" {
+			continue
+		}
+		pid, err := strconv.Atoi(filepath.Base(filepath.Dir(path)))
+		if err != nil {
+			continue
+		}
+		if byPID == nil {
+			byPID = make(map[int]time.Duration)
+		}
+		byPID[pid] = time.Duration(utime+stime) * clockTick
+	}
+	return byPID
+}
+
+// parseProcStat reads the command name and the utime and stime fields (14 and 15, in clock
+// ticks) of /proc/PID/stat. The name is in parentheses and may hold spaces.
+func parseProcStat(data []byte) (comm string, utime, stime int64, ok bool) {
+	open, closing := bytes.IndexByte(data, '('), bytes.LastIndexByte(data, ')')
+	if open < 0 || closing < open {
+		return "", 0, 0, false
+	}
+	fields := strings.Fields(string(data[closing+1:]))
+	// fields[0] is field 3 (state), so field n is fields[n-3].
+	if len(fields) < 13 {
+		return "", 0, 0, false
+	}
+	utime, errU := strconv.ParseInt(fields[11], 10, 64)
+	stime, errS := strconv.ParseInt(fields[12], 10, 64)
+	if errU != nil || errS != nil {
+		return "", 0, 0, false
+	}
+	return string(data[open+1 : closing]), utime, stime, true
+}
+
+// machineCPU reads the first line of /proc/stat: CPU time spent busy, and in total (busy, idle
+// and waiting), summed over all CPUs.
+func machineCPU() (busy, capacity time.Duration) {
+	data, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0
+	}
+	line, _, _ := strings.Cut(string(data), "\n")
+	fields := strings.Fields(line)
+	if len(fields) < 5 || fields[0] != "cpu" {
+		return 0, 0
+	}
+	var idle, all int64
+	for i, f := range fields[1:] {
+		if i >= 8 { // guest and guest_nice are already counted in user and nice
+			break
+		}
+		v, err := strconv.ParseInt(f, 10, 64)
+		if err != nil {
+			return 0, 0
+		}
+		all += v
+		if i == 3 || i == 4 { // idle, iowait
+			idle += v
+		}
+	}
+	return time.Duration(all-idle) * clockTick, time.Duration(all) * clockTick
+}

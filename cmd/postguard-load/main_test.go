@@ -1,0 +1,312 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/postguard/postguard/db/dbtest"
+)
+
+// TestRun runs every scenario with tiny durations and counts, on SQLite and on PostgreSQL, and
+// checks the report's structure: every figure measured, every request answered as expected,
+// every ratio and verdict present. It guards the tool against the service's code moving under it.
+//
+// The two engines run one after the other, not in parallel: each run measures CPU-bound work
+// (argon2id above all) in windows of a few hundred milliseconds, and two runs at once on a small
+// machine would starve each other's windows of any completed request.
+func TestRun(t *testing.T) {
+	t.Parallel()
+
+	t.Run("SQLite", func(t *testing.T) { //nolint:paralleltest // see above
+		dir := t.TempDir()
+		report := runTool(t, "sqlite://"+filepath.Join(dir, "never-opened.db"))
+		require.Equal(t, engineSQLite, report.Engine)
+		requireRows(t, report, false)
+		require.Contains(t, strings.Join(report.Notes, "\n"), "sqlite: skipped")
+
+		_, err := os.Stat(filepath.Join(dir, "never-opened.db"))
+		require.ErrorIs(t, err, os.ErrNotExist, "the tool must not open sqlite://PATH itself")
+		leftovers, err := filepath.Glob(filepath.Join(dir, "postguard-load-*"))
+		require.NoError(t, err)
+		require.Empty(t, leftovers, "the run's SQLite files are removed")
+	})
+
+	t.Run("Postgres", func(t *testing.T) { //nolint:paralleltest // see above
+		databaseURL := dbtest.DatabaseURL(t)
+		report := runTool(t, databaseURL)
+		require.True(t, strings.HasPrefix(report.Engine, enginePostgres), report.Engine)
+		requireRows(t, report, true)
+
+		// Its schemas are dropped.
+		conn, err := pgx.Connect(t.Context(), databaseURL)
+		require.NoError(t, err)
+		defer conn.Close(context.Background())
+		var schemas int
+		require.NoError(t, conn.QueryRow(t.Context(),
+			"SELECT count(*) FROM pg_namespace WHERE starts_with(nspname, $1)", schemaPrefix+report.RunID).Scan(&schemas))
+		require.Zero(t, schemas)
+	})
+}
+
+// runTool runs the tool on databaseURL with tiny settings and returns its JSON report.
+func runTool(t *testing.T, databaseURL string) *Report {
+	t.Helper()
+
+	var stdout, stderr bytes.Buffer
+	err := run(t.Context(), []string{
+		"-database-url", databaseURL,
+		"-duration", "300ms",
+		"-concurrency", "4",
+		"-hold-concurrency", "16",
+		"-registrations", "4",
+		"-mails", "10",
+		"-existing-keys", "50",
+		"-budget", "50",
+		"-json",
+	}, func(string) string { return "" }, &stdout, &stderr)
+	require.NoError(t, err, "stderr:\n%s", stderr.String())
+
+	var report Report
+	require.NoError(t, json.Unmarshal(stdout.Bytes(), &report), "stdout:\n%s", stdout.String())
+	require.Contains(t, stderr.String(), "\r"+rowCeilingFresh, "progress lines on stderr")
+	return &report
+}
+
+// requireRows checks that every scenario produced its rows, with requests, no failures, and
+// the ratios and verdicts of the targets.
+func requireRows(t *testing.T, report *Report, withSQLite bool) {
+	t.Helper()
+
+	want := []string{
+		rowCeilingFresh, "ceiling/existing-keys", "ceiling/hot-key", rowCeilingPair,
+		scenarioManyIPs, scenarioHotIP, rowHash, scenarioRegister,
+		rowDrainNoop, rowDrainResend, rowDrainBudget,
+	}
+	if withSQLite {
+		want = append(want, rowSQLite)
+	}
+	var got []string
+	for _, row := range report.Rows {
+		got = append(got, row.Scenario)
+	}
+	require.Equal(t, want, got)
+
+	targeted := []string{scenarioManyIPs, scenarioHotIP, scenarioRegister, rowDrainResend, rowDrainBudget, rowSQLite}
+	for _, row := range report.Rows {
+		require.Positive(t, row.Requests, row.Scenario)
+		require.Positive(t, row.Rate, row.Scenario)
+		require.Zero(t, row.Errors, "%s: %s", row.Scenario, row.FirstErr)
+		if !row.Derived {
+			require.Positive(t, row.P99MS, row.Scenario)
+			require.GreaterOrEqual(t, row.P99MS, row.P50MS, row.Scenario)
+			require.Positive(t, row.CPUPerRequestUS, row.Scenario)
+		}
+		if slices.Contains(targeted, row.Scenario) {
+			require.NotNil(t, row.Ratio, row.Scenario)
+			require.NotNil(t, row.Target, row.Scenario)
+			require.NotNil(t, row.Pass, row.Scenario)
+			require.NotEmpty(t, row.Baseline, row.Scenario)
+		}
+	}
+	require.Len(t, report.Checks, 2)
+	require.Contains(t, report.Checks[0].Name, "peak RSS")
+	require.Contains(t, report.Checks[1].Name, "loses no mail")
+	require.True(t, report.Checks[1].Pass, report.Checks[1].Value)
+
+	// Every miss is spelled out.
+	misses := 0
+	for _, row := range report.Rows {
+		if row.Pass != nil && !*row.Pass {
+			misses++
+		}
+	}
+	for _, c := range report.Checks {
+		if !c.Pass {
+			misses++
+		}
+	}
+	require.Len(t, report.Misses, misses)
+}
+
+func TestReport_WriteTable(t *testing.T) {
+	t.Parallel()
+
+	ratio, target, fail, others := 0.3, 0.4, false, 12.0
+	report := &Report{
+		Engine: "postgres", GOMAXPROCS: 2, NumCPU: 2, Concurrency: 16, Duration: "5s",
+		Rows: []*Row{
+			{Scenario: rowCeilingPair, Unit: "pair", Rate: 4000, Derived: true},
+			{
+				Scenario: scenarioManyIPs, Unit: "req", Clients: 512, Requests: 6000, Rate: 1200, P50MS: 250, P99MS: 1500,
+				CPUPerRequestUS: 600, OthersPercent: &others,
+				Ratio: &ratio, Baseline: rowCeilingPair, Target: &target, Pass: &fail,
+			},
+		},
+		Checks: []Check{{Name: "register peak RSS", Value: "140 MiB", Target: "≤ 256 MiB", Pass: true}},
+	}
+	report.finish()
+
+	var out bytes.Buffer
+	require.NoError(t, report.writeTable(&out))
+	text := out.String()
+	require.Contains(t, text, "engine postgres")
+	require.Regexp(t, `http-many-ips\s+512\s+6000\s+0\s+1200\.0 req/s\s+250ms\s+1\.50s\s+0\.300\s+ceiling/pair\s+≥ 0\.40\s+FAIL\s+600µs\s+-\s+12%`, text)
+	require.Contains(t, text, "pass register peak RSS: 140 MiB")
+	require.Contains(t, text, "MISSED TARGETS (1):\n  ✗ http-many-ips: ratio 0.300 to ceiling/pair, target ≥ 0.40")
+}
+
+func TestReport_Compare(t *testing.T) {
+	t.Parallel()
+
+	quiet, busy := 2.0, 40.0
+	report := &Report{Rows: []*Row{
+		{Scenario: "base", Rate: 100, OthersPercent: &quiet},
+		{Scenario: "fast", Rate: 150, Requests: 1, OthersPercent: &quiet},
+		{Scenario: "slow", Rate: 30, Requests: 1, OthersPercent: &busy},
+	}}
+	report.compare(report.row("fast"), "base", 1.5)
+	report.compare(report.row("slow"), "base", 0.4)
+	report.compare(report.row("base"), "missing", 0.5)
+
+	require.InDelta(t, 1.5, *report.row("fast").Ratio, 1e-9)
+	require.True(t, *report.row("fast").Pass)
+	require.False(t, *report.row("slow").Pass)
+	require.Nil(t, report.row("base").Ratio)
+	require.Contains(t, report.row("base").Note, "missing was not measured")
+	require.Len(t, report.Noise, 1)
+	require.Contains(t, report.Noise[0], "slow vs base")
+}
+
+func TestHistogram_Quantile(t *testing.T) {
+	t.Parallel()
+
+	var h histogram
+	require.Zero(t, h.quantile(0.5))
+	for i := 1; i <= 1000; i++ {
+		h.record(time.Duration(i) * time.Millisecond)
+	}
+	for _, tt := range []struct {
+		q    float64
+		want time.Duration
+	}{
+		{0.5, 500 * time.Millisecond},
+		{0.99, 990 * time.Millisecond},
+		{1, 1000 * time.Millisecond},
+	} {
+		require.InEpsilon(t, float64(tt.want), float64(h.quantile(tt.q)), 0.03, "q=%v", tt.q)
+	}
+
+	// Exact below 64ns, and every bucket's middle maps back to it.
+	for i := range histogramBuckets - 1 {
+		require.Equal(t, i, histogramIndex(histogramValue(i)), "bucket %d", i)
+	}
+	require.Equal(t, histogramBuckets-1, histogramIndex(time.Hour), "longer than the last bucket")
+}
+
+func TestParseVmHWM(t *testing.T) {
+	t.Parallel()
+
+	kib, err := parseVmHWM(strings.NewReader("Name:\tx\nVmPeak:\t  2000 kB\nVmHWM:\t  145432 kB\nVmRSS:\t 1000 kB\n"))
+	require.NoError(t, err)
+	require.Equal(t, int64(145432)<<10, kib)
+
+	_, err = parseVmHWM(strings.NewReader("Name:\tx\n"))
+	require.Error(t, err)
+
+	peak, err := peakRSS()
+	require.NoError(t, err)
+	require.Positive(t, peak)
+}
+
+func TestParseProcStat(t *testing.T) {
+	t.Parallel()
+
+	comm, utime, stime, ok := parseProcStat([]byte("2194 (postgres) S 1 2194 2194 0 -1 4194560 1873 0 0 0 17 42 0 0 20 0 1 0 1234 0\n"))
+	require.True(t, ok)
+	require.Equal(t, "postgres", comm)
+	require.Equal(t, int64(17), utime)
+	require.Equal(t, int64(42), stime)
+
+	comm, _, _, ok = parseProcStat([]byte("7 (a (b) c) R 1 1 1 0 -1 0 0 0 0 0 3 4 0 0 20 0 1 0 1 0\n"))
+	require.True(t, ok)
+	require.Equal(t, "a (b) c", comm)
+
+	_, _, _, ok = parseProcStat([]byte("garbage"))
+	require.False(t, ok)
+}
+
+func TestParseOptions(t *testing.T) {
+	t.Parallel()
+
+	noEnv := func(string) string { return "" }
+
+	opts, err := parseOptions(nil, noEnv, &bytes.Buffer{})
+	require.NoError(t, err)
+	require.Equal(t, databaseURLFallback, opts.DatabaseURL)
+	require.Equal(t, 16, opts.Concurrency)
+	require.Equal(t, 5*time.Second, opts.Duration)
+	require.Equal(t, allScenarios, opts.Scenarios)
+	require.Equal(t, 200, opts.Registrations)
+	require.Equal(t, 500, opts.Mails)
+
+	opts, err = parseOptions([]string{"-scenarios", "register, ceiling,register"}, func(key string) string {
+		if key == "TEST_DATABASE_URL" {
+			return "postgres://elsewhere/db"
+		}
+		return ""
+	}, &bytes.Buffer{})
+	require.NoError(t, err)
+	require.Equal(t, "postgres://elsewhere/db", opts.DatabaseURL)
+	require.Equal(t, []string{scenarioRegister, scenarioCeiling}, opts.Scenarios)
+
+	for _, args := range [][]string{
+		{"-scenarios", "nope"},
+		{"-concurrency", "0"},
+		{"-duration", "1h"},
+		{"-database-url", "mysql://x"},
+		{"-fetch-cooldown", "0s"},
+		{"stray"},
+	} {
+		var stderr bytes.Buffer
+		_, err := parseOptions(args, noEnv, &stderr)
+		require.ErrorIs(t, err, errUsage, "%v", args)
+		require.NotEmpty(t, stderr.String(), "%v", args)
+	}
+}
+
+func TestCPUSnapshot_Since(t *testing.T) {
+	t.Parallel()
+
+	start := cpuSnapshot{
+		self:     time.Second,
+		db:       map[int]time.Duration{1: 10 * time.Millisecond, 2: 500 * time.Millisecond},
+		busy:     10 * time.Second,
+		capacity: 20 * time.Second,
+	}
+	end := cpuSnapshot{
+		self: 1500 * time.Millisecond,
+		// Backend 2 exited (its time is lost, not subtracted); backend 3 started.
+		db:       map[int]time.Duration{1: 30 * time.Millisecond, 3: 5 * time.Millisecond},
+		busy:     11600 * time.Millisecond,
+		capacity: 22 * time.Second,
+	}
+	d := end.since(start)
+	require.Equal(t, 500*time.Millisecond, d.self)
+	require.Equal(t, 25*time.Millisecond, d.db)
+	require.True(t, d.dbSeen)
+	// Others: 1.6s busy − 0.5s self − 0.025s db over 2s of capacity.
+	require.InDelta(t, 0.5375, d.others, 1e-9)
+
+	require.False(t, cpuSnapshot{}.since(cpuSnapshot{}).dbSeen, "no PostgreSQL on this machine")
+	require.Equal(t, -1.0, cpuSnapshot{}.since(cpuSnapshot{}).others, "no capacity read")
+}

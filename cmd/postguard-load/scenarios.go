@@ -1,0 +1,336 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/http"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/crypto/argon2"
+
+	"github.com/postguard/postguard/api/abuse"
+	"github.com/postguard/postguard/db"
+)
+
+const (
+	// unlimited is a limit no measurement reaches, for rules that must admit everything.
+	unlimited = int64(1) << 40
+
+	// The argon2id parameters of api/password.go (not exported there): m=19 MiB, t=2, p=1.
+	argonMemoryKiB = 19 * 1024
+	argonTime      = 2
+	argonThreads   = 1
+	argonKeyLen    = 32
+
+	// loadPassword is every registration's password (each is hashed under its own salt).
+	loadPassword = "load-test-password-0123456789"
+
+	// Targets of the issue "Performance and fault evidence".
+	targetManyIPs  = 0.40 // http-many-ips over ceiling/pair
+	targetHotIP    = 1.5  // http-hot-ip over http-many-ips
+	targetRegister = 0.90 // register over argon2id-hash
+	targetSQLite   = 0.25 // sqlite/http-many-ips over http-many-ips
+	maxPeakRSS     = 256 << 20
+)
+
+// Row names that other rows compare with.
+const (
+	rowCeilingFresh = "ceiling/fresh-keys"
+	rowCeilingPair  = "ceiling/pair"
+	rowHash         = "argon2id-hash"
+	rowSQLite       = "sqlite/http-many-ips"
+)
+
+// ceiling measures the rate-limit statement alone, straight on the store (the service's very
+// call, RateLimitCounterConsume, on its pool: on PostgreSQL the synchronous_commit=off one), on a
+// set of existing keys, on one hot key, and on fresh keys. The fresh-key measurement is split in
+// two halves around http-many-ips (when it runs), which compares with it: a drift in the
+// machine's load then weighs on both alike. Its rows are added by finishCeiling.
+func (r *runner) ceiling(ctx context.Context, store db.Store) error {
+	const window = 15 * time.Minute
+	start := time.Now().UTC().Truncate(window)
+	consume := func(ctx context.Context, key []byte) error {
+		_, ok, err := store.RateLimitCounterConsume(ctx, &db.RateLimitCounterConsumeParams{
+			KeyHash:     key,
+			WindowStart: start,
+			WindowEnd:   start.Add(window),
+			Limit:       unlimited,
+		})
+		switch {
+		case err != nil:
+			return err
+		case !ok:
+			return errors.New("counter refused under an unlimited rule")
+		}
+		return nil
+	}
+	clients := r.opts.Concurrency
+	engine := store.Engine()
+
+	// The pre-filled set: each key spent once, so that the measurement only increments.
+	keys := make([][]byte, r.opts.ExistingKeys)
+	for i := range keys {
+		keys[i] = r.key("existing", uint64(i))
+	}
+	var next atomic.Int64
+	var prefillErr error
+	var errOnce sync.Once
+	stop := r.progress("ceiling/prefill", func(time.Duration) string {
+		return fmt.Sprintf("%d/%d keys", min(next.Load(), int64(len(keys))), len(keys))
+	})
+	var wg sync.WaitGroup
+	for range clients {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				i := next.Add(1) - 1
+				if i >= int64(len(keys)) {
+					return
+				}
+				if err := consume(ctx, keys[i]); err != nil {
+					errOnce.Do(func() { prefillErr = err })
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	stop()
+	if prefillErr != nil {
+		return fmt.Errorf("error pre-filling counters: %w", prefillErr)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+
+	existing := r.measure(ctx, "ceiling/existing-keys", "check", clients, r.opts.Duration, func(ctx context.Context, seq uint64) error {
+		return consume(ctx, keys[seq%uint64(len(keys))])
+	})
+	existingRow := engineRow("ceiling/existing-keys", "check", clients, existing, engine)
+	existingRow.Note = fmt.Sprintf("%d pre-filled keys cycled: one UPDATE each", len(keys))
+
+	hotKey := r.key("hot", 0)
+	hot := r.measure(ctx, "ceiling/hot-key", "check", clients, r.opts.Duration, func(ctx context.Context, _ uint64) error {
+		return consume(ctx, hotKey)
+	})
+	hotRow := engineRow("ceiling/hot-key", "check", clients, hot, engine)
+	hotRow.Note = "every check updates one row"
+
+	measureFresh := func(half int, d time.Duration) *sample {
+		kind := "fresh" + strconv.Itoa(half)
+		return r.measure(ctx, fmt.Sprintf("%s (%d/2)", rowCeilingFresh, half), "check", clients, d, func(ctx context.Context, seq uint64) error {
+			return consume(ctx, r.key(kind, seq))
+		})
+	}
+	firstHalf := max(r.opts.Duration/2, time.Millisecond)
+	fresh := measureFresh(1, firstHalf)
+
+	r.pendingCeiling = func() {
+		fresh.add(measureFresh(2, max(r.opts.Duration-firstHalf, time.Millisecond)))
+		freshRow := engineRow(rowCeilingFresh, "check", clients, fresh, engine)
+		freshRow.Note = "new key per check: one INSERT; half measured before http-many-ips, half after"
+		pairRow := &Row{
+			Scenario: rowCeilingPair,
+			Unit:     "pair",
+			Requests: fresh.requests / 2,
+			Seconds:  freshRow.Seconds,
+			Rate:     round(fresh.rate()/2, 1),
+			Derived:  true,
+			// Its measurement's load, so that http-many-ips is checked for noise against it.
+			OthersPercent: freshRow.OthersPercent,
+			Note:          "fresh-keys ÷ 2: a request from a new client costs two checks on fresh keys (IP and email), so this is the ceiling of http-many-ips",
+		}
+		r.report.Rows = append(r.report.Rows, freshRow, existingRow, hotRow, pairRow)
+		r.report.compare(existingRow, rowCeilingFresh, 0)
+		r.report.compare(hotRow, rowCeilingFresh, 0)
+	}
+	if !r.opts.selected(scenarioManyIPs) {
+		r.finishCeiling()
+	}
+	return nil
+}
+
+// finishCeiling measures the second half of ceiling/fresh-keys and adds the ceiling's rows, once.
+func (r *runner) finishCeiling() {
+	if r.pendingCeiling != nil {
+		finish := r.pendingCeiling
+		r.pendingCeiling = nil
+		finish()
+	}
+}
+
+// key is a 32-byte counter key, spread over the index as the service's HMAC keys are.
+func (r *runner) key(kind string, n uint64) []byte {
+	h := sha256.New()
+	h.Write([]byte(r.tag + ":" + kind + ":"))
+	_ = binary.Write(h, binary.BigEndian, n)
+	return h.Sum(nil)
+}
+
+// forgotPasswordRules admits every forgot-password request.
+func forgotPasswordRules() abuse.Rules {
+	return abuse.DefaultRules().
+		With(abuse.Rule{Action: abuse.ActionForgotPassword, Scope: abuse.ScopeIP, Limit: unlimited, Window: 15 * time.Minute}).
+		With(abuse.Rule{Action: abuse.ActionForgotPassword, Scope: abuse.ScopeEmail, Limit: unlimited, Window: time.Hour})
+}
+
+// manyIPs measures POST /v1/auth/forgot-password, each request from a new client IP with a new,
+// unknown email, every one admitted (202): two limiter checks on fresh keys plus one user lookup
+// in a transaction (an unknown email inserts no job). name's row compares with baseline.
+func (r *runner) manyIPs(ctx context.Context, store db.Store, name, baseline string, target float64) error {
+	clients := r.opts.HoldConcurrency
+	svc, err := r.startService(ctx, name, store, forgotPasswordRules(), clients)
+	if err != nil {
+		return err
+	}
+	defer svc.close()
+
+	prefix := `{"email":"nobody-` + r.tag + `-` + strconv.Itoa(len(r.report.Rows)) + `-`
+	s := r.measure(ctx, name, "req", clients, r.opts.Duration, func(ctx context.Context, seq uint64) error {
+		body := prefix + strconv.FormatUint(seq, 10) + `@example.com"}`
+		return svc.post(ctx, "/v1/auth/forgot-password", r.nextIP(), body, http.StatusAccepted)
+	})
+	svc.close()
+	if name == scenarioManyIPs {
+		r.finishCeiling()
+	}
+
+	row := engineRow(name, "req", clients, s, store.Engine())
+	row.Note = "forgot-password, new client IP (X-Forwarded-For from 127.0.0.1, a trusted proxy) and new unknown email per request: " +
+		"2 limiter checks on fresh keys + 1 user lookup in a transaction, no job; every 202 is held ≥100ms by the service (uniform timing), " +
+		"hence many clients"
+	r.report.Rows = append(r.report.Rows, row)
+	r.report.compare(row, baseline, target)
+	return nil
+}
+
+// hotIP measures one client IP over its forgot-password limit: every answer is a 429, which the
+// limiter's deny cache gives without the database.
+func (r *runner) hotIP(ctx context.Context, store db.Store) error {
+	rules := abuse.DefaultRules().
+		// A day-long window, so that no window ends during the run and readmits the IP.
+		With(abuse.Rule{Action: abuse.ActionForgotPassword, Scope: abuse.ScopeIP, Limit: 1, Window: 24 * time.Hour}).
+		With(abuse.Rule{Action: abuse.ActionForgotPassword, Scope: abuse.ScopeEmail, Limit: unlimited, Window: time.Hour})
+	clients := r.opts.Concurrency
+	svc, err := r.startService(ctx, scenarioHotIP, store, rules, clients)
+	if err != nil {
+		return err
+	}
+	defer svc.close()
+
+	ip := r.nextIP()
+	prefix := `{"email":"hot-` + r.tag + `-`
+	// Spend the limit first: the first request is admitted, the next refused (and cached).
+	if err := svc.post(ctx, "/v1/auth/forgot-password", ip, prefix+`first@example.com"}`, http.StatusAccepted); err != nil {
+		return fmt.Errorf("error spending the hot IP's limit: %w", err)
+	}
+	if err := svc.post(ctx, "/v1/auth/forgot-password", ip, prefix+`second@example.com"}`, http.StatusTooManyRequests); err != nil {
+		return fmt.Errorf("error exhausting the hot IP's limit: %w", err)
+	}
+
+	s := r.measure(ctx, scenarioHotIP, "req", clients, r.opts.Duration, func(ctx context.Context, seq uint64) error {
+		body := prefix + strconv.FormatUint(seq, 10) + `@example.com"}`
+		return svc.post(ctx, "/v1/auth/forgot-password", ip, body, http.StatusTooManyRequests)
+	})
+	row := engineRow(scenarioHotIP, "req", clients, s, store.Engine())
+	row.Note = "one client IP over its limit: every answer a 429 from the limiter's deny cache, no database"
+	r.report.Rows = append(r.report.Rows, row)
+	r.report.compare(row, scenarioManyIPs, targetHotIP)
+	return nil
+}
+
+// register measures the argon2id hash rate of this process (GOMAXPROCS goroutines hashing with
+// the service's parameters), then POST /v1/auth/register with real hashing at -registrations
+// concurrent clients (new IP and email each), and the peak RSS meanwhile.
+func (r *runner) register(ctx context.Context, store db.Store) error {
+	// The hash baseline runs half before and half after the registrations, so that a drift in
+	// the machine's load weighs on both alike.
+	procs := runtime.GOMAXPROCS(0)
+	password := []byte(loadPassword)
+	hashOnce := func(context.Context, uint64) error {
+		salt := make([]byte, 16)
+		_, _ = rand.Read(salt)
+		_ = argon2.IDKey(password, salt, argonTime, argonMemoryKiB, argonThreads, argonKeyLen)
+		return nil
+	}
+	firstHalf := max(r.opts.Duration/2, time.Millisecond)
+	hash := r.measure(ctx, rowHash+" (1/2)", "hash", procs, firstHalf, hashOnce)
+
+	rules := abuse.DefaultRules().
+		With(abuse.Rule{Action: abuse.ActionRegister, Scope: abuse.ScopeIP, Limit: unlimited, Window: 15 * time.Minute}).
+		With(abuse.Rule{Action: abuse.ActionRegister, Scope: abuse.ScopeEmail, Limit: unlimited, Window: time.Hour})
+	clients := r.opts.Registrations
+	svc, err := r.startService(ctx, scenarioRegister, store, rules, clients)
+	if err != nil {
+		return err
+	}
+	defer svc.close()
+
+	// Give back what earlier scenarios left, so that the peak is this scenario's.
+	debug.FreeOSMemory()
+	rssErr := resetPeakRSS()
+	rssBefore, _ := peakRSS()
+
+	prefix := `{"email":"reg-` + r.tag + `-`
+	s := r.measure(ctx, scenarioRegister, "req", clients, r.opts.Duration, func(ctx context.Context, seq uint64) error {
+		body := prefix + strconv.FormatUint(seq, 10) + `@example.com","password":"` + loadPassword + `","name":"Load Test"}`
+		return svc.post(ctx, "/v1/auth/register", r.nextIP(), body, http.StatusCreated)
+	})
+	rssPeak, err := peakRSS()
+	if err != nil {
+		return err
+	}
+	svc.close()
+
+	hash.add(r.measure(ctx, rowHash+" (2/2)", "hash", procs, max(r.opts.Duration-firstHalf, time.Millisecond), hashOnce))
+	hashRow := engineRow(rowHash, "hash", procs, hash, "")
+	hashRow.Note = "argon2id m=19456 t=2 p=1 (api's parameters) at GOMAXPROCS goroutines, no HTTP, no database; half measured before register, half after"
+	r.report.Rows = append(r.report.Rows, hashRow)
+
+	row := engineRow(scenarioRegister, "req", clients, s, store.Engine())
+	row.Note = "new IP and email per request: 2 limiter checks, argon2id (HashConcurrency = NumCPU), user + welcome and verification jobs in one transaction"
+	r.report.Rows = append(r.report.Rows, row)
+	r.report.compare(row, rowHash, targetRegister)
+
+	check := Check{
+		Name:   fmt.Sprintf("register peak RSS (VmHWM) under %d concurrent registrations", clients),
+		Value:  fmt.Sprintf("%d MiB (RSS at start %d MiB)", rssPeak>>20, rssBefore>>20),
+		Target: fmt.Sprintf("≤ %d MiB", maxPeakRSS>>20),
+		Pass:   rssPeak <= maxPeakRSS,
+	}
+	if rssErr != nil {
+		check.Value += " — could not reset VmHWM (" + rssErr.Error() + "), so this is the peak of the whole run"
+	}
+	r.report.Checks = append(r.report.Checks, check)
+	return nil
+}
+
+// sqliteManyIPs runs http-many-ips on a temporary SQLite file, when the run is on PostgreSQL.
+func (r *runner) sqliteManyIPs(ctx context.Context) error {
+	if r.engine == engineSQLite {
+		r.report.Notes = append(r.report.Notes, "sqlite: skipped, the run is on SQLite already (http-many-ips is its figure)")
+		return nil
+	}
+	d, cleanup, err := r.newDatabase(ctx, engineSQLite, "http")
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	store, err := d.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	if err := r.configureInsertOnly(store); err != nil {
+		return err
+	}
+	return r.manyIPs(ctx, store, rowSQLite, scenarioManyIPs, targetSQLite)
+}
