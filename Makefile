@@ -33,3 +33,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseLimit$$' -fuzztime $(FUZZTIME) ./api/abuse
 	$(GO) test -run '^$$' -fuzz '^FuzzNormalizeEmail$$' -fuzztime $(FUZZTIME) ./api
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeRegister$$' -fuzztime $(FUZZTIME) ./api
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeForgotPassword$$' -fuzztime $(FUZZTIME) ./api
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeResendVerification$$' -fuzztime $(FUZZTIME) ./api
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeVerifyEmail$$' -fuzztime $(FUZZTIME) ./api
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeResetPassword$$' -fuzztime $(FUZZTIME) ./api

@@ -81,7 +81,18 @@ type Config struct {
 
 	// NowFunc returns the current time for the database writes; time.Now when nil.
 	NowFunc func() time.Time
+
+	// RequestTimeout bounds the work of each /v1 request, its database work above all: a request
+	// still waiting on the database (or on the password hasher) when it passes is answered 503
+	// with Retry-After, so an unreachable or stalled database never holds requests open.
+	// DefaultRequestTimeout when zero.
+	RequestTimeout time.Duration
 }
+
+// DefaultRequestTimeout is Config.RequestTimeout's default: far above the few milliseconds a
+// request's database work takes, even with a queue at the password hasher, and below the HTTP
+// server's write timeout (30 s), past which no answer could be written anyway.
+const DefaultRequestTimeout = 10 * time.Second
 
 // server is the state behind the handlers of one router.
 type server struct {
@@ -95,6 +106,9 @@ type server struct {
 	metrics *httpMetrics
 
 	gatherer prometheus.Gatherer
+
+	// requestTimeout is Config.RequestTimeout (see requestDeadline).
+	requestTimeout time.Duration
 
 	// uniformMin is the least time forgot-password and resend-verification take once the
 	// limiter let them through, so the answer's timing does not tell a known email from an
@@ -123,7 +137,7 @@ func New(config *Config) (*gin.Engine, error) {
 		return nil, err
 	}
 
-	v1 := engine.Group("/v1")
+	v1 := engine.Group("/v1", s.requestDeadline)
 	v1.POST("/auth/register", s.handle(s.register))
 	v1.POST("/auth/forgot-password", s.handle(s.forgotPassword))
 	v1.POST("/auth/resend-verification", s.handle(s.resendVerification))
@@ -200,6 +214,8 @@ func newServer(config *Config) (*server, *gin.Engine, error) {
 		metrics:    metrics,
 		gatherer:   gatherer,
 		uniformMin: uniformAnswerMin,
+
+		requestTimeout: cmp.Or(config.RequestTimeout, DefaultRequestTimeout),
 	}
 	if s.ips == nil {
 		s.ips = abuse.NewIPResolver(nil)

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -132,6 +133,17 @@ func (s *server) recoverer(c *gin.Context) {
 		// errInternal carries no cause, so writeError does not log the panic a second time.
 		s.writeError(c, errInternal)
 	}()
+	c.Next()
+}
+
+// requestDeadline gives a /v1 request's context the deadline RequestTimeout: every database call
+// takes that context, so with the database unreachable (a connection that never answers, a pool
+// waiting for a free connection) the request ends in time and writeError answers 503. Without it,
+// nothing would end such a request but the client giving up.
+func (s *server) requestDeadline(c *gin.Context) {
+	ctx, cancel := context.WithTimeout(c.Request.Context(), s.requestTimeout)
+	defer cancel()
+	c.Request = c.Request.WithContext(ctx)
 	c.Next()
 }
 

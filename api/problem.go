@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strconv"
 
 	"github.com/gin-gonic/gin"
 )
@@ -99,8 +100,10 @@ func (s *server) handle(h handlerFunc) gin.HandlerFunc {
 
 // writeError is the one place where errors become answers. An *Error is answered as it says (its
 // cause, if any, logged at info level, or error level for a 5xx); a body over the limit is a 413;
-// a request whose context ended is a 503 logged at warn level; anything else is a generic 500
-// logged at error level with its message, which the client never sees.
+// a request whose context ended (the client left, or RequestTimeout passed) and an error saying
+// the database cannot be reached (see databaseUnavailable) are a 503 logged at warn level;
+// anything else is a generic 500 logged at error level with its message, which the client never
+// sees. Every 503 carries Retry-After.
 func (s *server) writeError(c *gin.Context, err error) {
 	ctx := c.Request.Context()
 	attrs := []any{slog.String("request_id", requestIDOf(c)), slog.String("route", routeOf(c))}
@@ -121,6 +124,9 @@ func (s *server) writeError(c *gin.Context, err error) {
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		s.logger.WarnContext(ctx, "request ended before its answer", append(attrs, slog.String("error", err.Error()))...)
 		apiErr = errUnavailable
+	case databaseUnavailable(err):
+		s.logger.WarnContext(ctx, "database unavailable", append(attrs, slog.String("error", err.Error()))...)
+		apiErr = errUnavailable
 	default:
 		s.logger.ErrorContext(ctx, "internal error", append(attrs, slog.String("error", err.Error()))...)
 		apiErr = errInternal
@@ -129,6 +135,12 @@ func (s *server) writeError(c *gin.Context, err error) {
 	c.Abort()
 	if c.Writer.Written() {
 		return // too late to answer; the log has it
+	}
+	if apiErr.Status == http.StatusServiceUnavailable {
+		// The database is down or slow, not the request wrong: the same request may succeed
+		// later, and a client (or a proxy) should wait a moment rather than hammer a service
+		// that is recovering.
+		c.Header("Retry-After", strconv.Itoa(unavailableRetryAfterSeconds))
 	}
 	if wantsHTML(c) {
 		s.writeErrorPage(c, apiErr)

@@ -1,0 +1,92 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/stretchr/testify/require"
+
+	"github.com/postguard/postguard/db"
+	"github.com/postguard/postguard/db/dbtest"
+)
+
+func TestDatabaseUnavailable(t *testing.T) {
+	t.Parallel()
+
+	refused := &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+	for _, tt := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"ConnectionRefused", fmt.Errorf("error beginning transaction: %w", refused), true},
+		{"ConnectionClosedMidAnswer", fmt.Errorf("error pinging database: %w", io.ErrUnexpectedEOF), true},
+		{"PooledConnectionClosed", fmt.Errorf("error committing transaction: %w", pgconn.ErrConnClosed), true},
+		{"AdminShutdown", fmt.Errorf("x: %w", &pgconn.PgError{Code: "57P01"}), true},
+		{"ConnectionFailure", &pgconn.PgError{Code: "08006"}, true},
+		{"TooManyConnections", &pgconn.PgError{Code: "53300"}, true},
+		{"UniqueViolation", &pgconn.PgError{Code: "23505"}, false},
+		{"SyntaxError", &pgconn.PgError{Code: "42601"}, false},
+		{"NotFound", fmt.Errorf("x: %w", db.ErrNotFound), false},
+		{"Bug", errors.New("nil pointer somewhere"), false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			require.Equal(t, tt.want, databaseUnavailable(tt.err), "%v", tt.err)
+		})
+	}
+}
+
+// unreachableStore is a store whose database cannot be reached: every rate-limit check fails
+// with a refused connection.
+type unreachableStore struct{ db.Store }
+
+func (s *unreachableStore) RateLimitCounterConsume(context.Context, *db.RateLimitCounterConsumeParams) (int64, bool, error) {
+	return 0, false, fmt.Errorf("error consuming rate limit: %w", &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED})
+}
+
+// stalledStore is a store whose transactions never answer: InTx waits for its context.
+type stalledStore struct{ db.Store }
+
+func (s *stalledStore) InTx(ctx context.Context, _ func(ctx context.Context, tx db.Queries) error) error {
+	<-ctx.Done()
+	return fmt.Errorf("error beginning transaction: %w", ctx.Err())
+}
+
+func TestServer_DatabaseUnavailable(t *testing.T) {
+	t.Parallel()
+
+	requireUnavailable := func(t *testing.T, router http.Handler) {
+		t.Helper()
+		rec := serve(t, router, jsonRequest(t, "/v1/auth/register", map[string]string{"email": uniqueEmail("down"), "password": "correct horse battery"}))
+		decodeProblem(t, rec, http.StatusServiceUnavailable)
+		require.Equal(t, "5", rec.Header().Get("Retry-After"))
+	}
+
+	t.Run("Unreachable", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t, &unreachableStore{Store: dbtest.NewSQLite(t)}, nil)
+		requireUnavailable(t, bundle.router)
+		require.Contains(t, bundle.logs.String(), `"msg":"database unavailable"`)
+		require.NotContains(t, bundle.logs.String(), `"level":"ERROR"`)
+	})
+
+	t.Run("StalledEndsAtRequestTimeout", func(t *testing.T) {
+		t.Parallel()
+		const timeout = 200 * time.Millisecond
+		bundle := setup(t, &stalledStore{Store: dbtest.NewSQLite(t)}, &setupOpts{
+			configFunc: func(config *Config) { config.RequestTimeout = timeout },
+		})
+		start := time.Now()
+		requireUnavailable(t, bundle.router)
+		require.Less(t, time.Since(start), timeout+2*time.Second, "answered at the deadline, not left hanging")
+	})
+}
