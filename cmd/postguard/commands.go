@@ -30,10 +30,14 @@ func (c *versionCommand) Run(_ context.Context, env *commandEnv) error {
 type migrateCommand struct{}
 
 func (c *migrateCommand) Run(ctx context.Context, env *commandEnv) error {
-	cfg, logger, err := env.configure()
+	// A deploy step migrates with DATABASE_URL alone, without the service's APP_SECRET or mailer
+	// settings (README: `DATABASE_URL=… scripts/migrate.sh`).
+	cfg, err := loadDatabaseConfig(env.Getenv)
 	if err != nil {
-		return err
+		return fmt.Errorf("configuration error:\n%w", err)
 	}
+	logger := newLogger(cfg, env.Stderr)
+
 	store, err := openStore(ctx, cfg, logger)
 	if err != nil {
 		return err

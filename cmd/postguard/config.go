@@ -121,6 +121,18 @@ func loadConfig(getenv func(string) string) (*config, error) {
 	return cfg, nil
 }
 
+// loadDatabaseConfig reads only what `postguard migrate` needs: DATABASE_URL and the log settings.
+func loadDatabaseConfig(getenv func(string) string) (*config, error) {
+	p := &envParser{getenv: getenv}
+	cfg := &config{DatabaseURL: cmp.Or(getenv("DATABASE_URL"), "sqlite://postguard.db")}
+	p.databaseURL(cfg)
+	cfg.LogFormat, cfg.LogLevel = p.logging()
+	if len(p.errs) > 0 {
+		return nil, errors.Join(p.errs...)
+	}
+	return cfg, nil
+}
+
 // envParser collects every configuration error instead of stopping at the first.
 type envParser struct {
 	getenv func(string) string

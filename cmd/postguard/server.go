@@ -42,6 +42,10 @@ type serverCommand struct {
 
 	// readyFunc, when set, is called with the listener's address once the process serves (tests).
 	readyFunc func(addr net.Addr)
+
+	// apiConfigFunc, when set, makes last changes to the API's config before its router is built
+	// (tests: a short RequestTimeout, so a database outage is seen in seconds).
+	apiConfigFunc func(config *api.Config)
 }
 
 func (c *serverCommand) Run(ctx context.Context, env *commandEnv) error {
@@ -112,7 +116,14 @@ func (c *serverCommand) Run(ctx context.Context, env *commandEnv) error {
 		return fmt.Errorf("error creating River client: %w", err)
 	}
 
-	handler, err := c.handler(ctx, cfg, logger, store, secret, registry)
+	// River UI's background services (its job count caches) must not outlive Run: they query the
+	// store, which closes when Run returns. SIGTERM does not stop them (requests still draining
+	// may use them); returning does. (Fix: they were started on a context never cancelled, and
+	// kept querying the closed database.)
+	uiCtx, stopUI := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopUI()
+
+	handler, err := c.handler(uiCtx, cfg, logger, store, secret, registry)
 	if err != nil {
 		return err
 	}
@@ -204,14 +215,15 @@ func (c *serverCommand) handler(ctx context.Context, cfg *config, logger *slog.L
 		if err != nil {
 			return nil, fmt.Errorf("error creating River UI: %w", err)
 		}
-		if err := ui.Start(context.WithoutCancel(ctx)); err != nil {
+		// ctx ends when Run returns (see Run), not at SIGTERM.
+		if err := ui.Start(ctx); err != nil {
 			return nil, fmt.Errorf("error starting River UI: %w", err)
 		}
 		riverUI = ui
 	}
 
 	limiter := abuse.NewLimiter(store, secret, cfg.Rules, &abuse.LimiterConfig{Registerer: registry})
-	return api.New(&api.Config{
+	apiConfig := &api.Config{
 		Store:           store,
 		Limiter:         limiter,
 		IPResolver:      abuse.NewIPResolver(cfg.TrustedProxies),
@@ -223,7 +235,11 @@ func (c *serverCommand) handler(ctx context.Context, cfg *config, logger *slog.L
 		RiverUI:         riverUI,
 		RiverUIUsername: cfg.RiverUIUsername,
 		RiverUIPassword: cfg.RiverUIPassword,
-	})
+	}
+	if c.apiConfigFunc != nil {
+		c.apiConfigFunc(apiConfig)
+	}
+	return api.New(apiConfig)
 }
 
 // openStore opens the database DATABASE_URL names.
