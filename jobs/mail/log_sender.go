@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -29,6 +30,19 @@ func NewLogSender(logger *slog.Logger) *LogSender {
 // linkPattern finds http(s) links in a plain-text body.
 var linkPattern = regexp.MustCompile(`https?://[^\s<>"]+`)
 
+// textLinks returns the distinct links of a plain-text body, in order, without the sentence
+// punctuation that may follow one ("Get started: https://example.com.").
+func textLinks(text string) []string {
+	links := []string{}
+	for _, link := range linkPattern.FindAllString(text, -1) {
+		link = strings.TrimRight(link, ".,;:!?)")
+		if !slices.Contains(links, link) {
+			links = append(links, link)
+		}
+	}
+	return links
+}
+
 // Send logs msg and returns nil; a message without a recipient gives
 // ErrInvalidMessage, like the real sender.
 func (s *LogSender) Send(ctx context.Context, msg *Message) error {
@@ -36,10 +50,7 @@ func (s *LogSender) Send(ctx context.Context, msg *Message) error {
 		return fmt.Errorf("error sending email: %w: no recipient", ErrInvalidMessage)
 	}
 
-	links := linkPattern.FindAllString(msg.Text, -1)
-	if links == nil {
-		links = []string{}
-	}
+	links := textLinks(msg.Text)
 
 	s.logger.InfoContext(ctx, "email printed by the log mailer, not sent",
 		slog.String("kind", msg.Kind),

@@ -62,6 +62,14 @@ func TestLogSender_Send(t *testing.T) {
 		require.Equal(t, []string{"http://localhost:8080/v1/auth/verify-email?token=abc"}, line.Links)
 	})
 
+	t.Run("LinksWithoutTrailingPunctuation", func(t *testing.T) {
+		t.Parallel()
+
+		require.Equal(t,
+			[]string{"https://example.com", "https://example.com/v1/unsubscribe?token=1.abc"},
+			textLinks("Get started: https://example.com. Or https://example.com, again.\nUnsubscribe: https://example.com/v1/unsubscribe?token=1.abc\n"))
+	})
+
 	t.Run("NoRecipient", func(t *testing.T) {
 		t.Parallel()
 
