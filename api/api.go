@@ -76,7 +76,7 @@ type Config struct {
 	RiverUIPassword string
 
 	// HashConcurrency bounds concurrent argon2id hashes (each takes 19 MiB), so a burst of
-	// registrations cannot exhaust memory. Default runtime.NumCPU().
+	// registrations cannot exhaust memory. Default runtime.GOMAXPROCS(0): the CPUs this process may use, a container quota included.
 	HashConcurrency int
 
 	// NowFunc returns the current time for the database writes; time.Now when nil.
@@ -210,7 +210,7 @@ func newServer(config *Config) (*server, *gin.Engine, error) {
 		secret:     config.Secret,
 		logger:     cmp.Or(config.Logger, slog.Default()),
 		now:        config.NowFunc,
-		hasher:     newPasswordHasher(cmp.Or(config.HashConcurrency, runtime.NumCPU())),
+		hasher:     newPasswordHasher(cmp.Or(config.HashConcurrency, runtime.GOMAXPROCS(0))),
 		metrics:    metrics,
 		gatherer:   gatherer,
 		uniformMin: uniformAnswerMin,

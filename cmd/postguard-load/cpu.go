@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"runtime/metrics"
 	"strconv"
 	"strings"
 	"syscall"
@@ -19,13 +20,15 @@ const clockTick = 10 * time.Millisecond
 // machine they explain a rate that moves between runs.
 type cpuSnapshot struct {
 	self     time.Duration
+	proc     procCounters
 	db       map[int]time.Duration // by PID; nil when no process named postgres was found
 	busy     time.Duration
 	capacity time.Duration // busy + idle, all CPUs
 }
 
 func takeCPU() cpuSnapshot {
-	s := cpuSnapshot{self: processCPU(), db: postgresCPU()}
+	proc := processCounters()
+	s := cpuSnapshot{self: proc.user + proc.sys, proc: proc, db: postgresCPU()}
 	s.busy, s.capacity = machineCPU()
 	return s
 }
@@ -33,6 +36,7 @@ func takeCPU() cpuSnapshot {
 // cpuDelta is what happened between two snapshots.
 type cpuDelta struct {
 	self   time.Duration
+	proc   procCounters // this process's user and sys time, page faults and context switches
 	db     time.Duration
 	dbSeen bool
 	// others is the fraction of the machine's CPU capacity used by processes other than this one
@@ -43,6 +47,7 @@ type cpuDelta struct {
 func (s cpuSnapshot) since(start cpuSnapshot) cpuDelta {
 	d := cpuDelta{
 		self:   s.self - start.self,
+		proc:   s.proc.sub(start.proc),
 		dbSeen: s.db != nil && start.db != nil,
 		others: -1,
 	}
@@ -58,14 +63,68 @@ func (s cpuSnapshot) since(start cpuSnapshot) cpuDelta {
 	return d
 }
 
-// processCPU is the user and system CPU time this process has used.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+// procCounters are this process's resource counters of getrusage(2): CPU time split into user
+// and system (page faults and madvise count as system), minor page faults (a page touched for
+// the first time since the runtime got it from, or returned it to, the kernel) and context
+// switches (voluntary: blocked; involuntary: preempted by the kernel). They tell where CPU
+// beyond the work itself goes: faulting memory back in, or threads fighting for the CPUs.
+//
+// gc and gcCycles come from runtime/metrics: the runtime's estimate of the CPU time its garbage
+// collector took (mark assists, background and idle marking, pauses) and the cycles completed.
+type procCounters struct {
+	user, sys            time.Duration
+	minFaults            int64
+	voluntary, preempted int64
+	gc                   time.Duration
+	gcCycles             int64
 }
+
+func (c procCounters) sub(o procCounters) procCounters {
+	return procCounters{
+		user:      c.user - o.user,
+		sys:       c.sys - o.sys,
+		minFaults: c.minFaults - o.minFaults,
+		voluntary: c.voluntary - o.voluntary,
+		preempted: c.preempted - o.preempted,
+		gc:        c.gc - o.gc,
+		gcCycles:  c.gcCycles - o.gcCycles,
+	}
+}
+
+func (c *procCounters) add(o procCounters) {
+	c.user += o.user
+	c.sys += o.sys
+	c.minFaults += o.minFaults
+	c.voluntary += o.voluntary
+	c.preempted += o.preempted
+	c.gc += o.gc
+	c.gcCycles += o.gcCycles
+}
+
+// processCounters reads this process's counters; zero when getrusage fails.
+func processCounters() procCounters {
+	var c procCounters
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err == nil {
+		c.user, c.sys = time.Duration(ru.Utime.Nano()), time.Duration(ru.Stime.Nano())
+		c.minFaults, c.voluntary, c.preempted = ru.Minflt, ru.Nvcsw, ru.Nivcsw
+	}
+	samples := []metrics.Sample{{Name: metricGCCPU}, {Name: metricGCCycles}}
+	metrics.Read(samples)
+	if samples[0].Value.Kind() == metrics.KindFloat64 {
+		c.gc = time.Duration(samples[0].Value.Float64() * float64(time.Second))
+	}
+	if samples[1].Value.Kind() == metrics.KindUint64 {
+		c.gcCycles = int64(samples[1].Value.Uint64()) //nolint:gosec // G115: a count of GC cycles
+	}
+	return c
+}
+
+// The runtime/metrics of procCounters.
+const (
+	metricGCCPU    = "/cpu/classes/gc/total:cpu-seconds"
+	metricGCCycles = "/gc/cycles/total:gc-cycles"
+)
 
 // postgresCPU returns the user and system CPU time of each process named "postgres" (the
 // server and its backends, when the database runs on this machine), or nil when there is none.

@@ -110,6 +110,7 @@ func requireRows(t *testing.T, report *Report, withSQLite bool) {
 			require.Positive(t, row.P99MS, row.Scenario)
 			require.GreaterOrEqual(t, row.P99MS, row.P50MS, row.Scenario)
 			require.Positive(t, row.CPUPerRequestUS, row.Scenario)
+			require.LessOrEqual(t, row.SysCPUPerRequestUS, row.CPUPerRequestUS, row.Scenario)
 		}
 		if slices.Contains(targeted, row.Scenario) {
 			require.NotNil(t, row.Ratio, row.Scenario)
@@ -148,7 +149,7 @@ func TestReport_WriteTable(t *testing.T) {
 			{Scenario: rowCeilingPair, Unit: "pair", Rate: 4000, Derived: true},
 			{
 				Scenario: scenarioManyIPs, Unit: "req", Clients: 512, Requests: 6000, Rate: 1200, P50MS: 250, P99MS: 1500,
-				CPUPerRequestUS: 600, OthersPercent: &others,
+				CPUPerRequestUS: 600, SysCPUPerRequestUS: 40, GCCPUPerRequestUS: 20, FaultsPerRequest: 3, OthersPercent: &others,
 				Ratio: &ratio, Baseline: rowCeilingPair, Target: &target, Pass: &fail,
 			},
 		},
@@ -160,7 +161,7 @@ func TestReport_WriteTable(t *testing.T) {
 	require.NoError(t, report.writeTable(&out))
 	text := out.String()
 	require.Contains(t, text, "engine postgres")
-	require.Regexp(t, `http-many-ips\s+512\s+6000\s+0\s+1200\.0 req/s\s+250ms\s+1\.50s\s+0\.300\s+ceiling/pair\s+≥ 0\.40\s+FAIL\s+600µs\s+-\s+12%`, text)
+	require.Regexp(t, `http-many-ips\s+512\s+6000\s+0\s+1200\.0 req/s\s+250ms\s+1\.50s\s+0\.300\s+ceiling/pair\s+≥ 0\.40\s+FAIL\s+600µs\s+40µs\s+20µs\s+3\s+-\s+12%`, text)
 	require.Contains(t, text, "pass register peak RSS: 140 MiB")
 	require.Contains(t, text, "MISSED TARGETS (1):\n  ✗ http-many-ips: ratio 0.300 to ceiling/pair, target ≥ 0.40")
 }
@@ -289,12 +290,14 @@ func TestCPUSnapshot_Since(t *testing.T) {
 
 	start := cpuSnapshot{
 		self:     time.Second,
+		proc:     procCounters{user: 800 * time.Millisecond, sys: 200 * time.Millisecond, minFaults: 100, voluntary: 10, preempted: 5, gc: 50 * time.Millisecond, gcCycles: 7},
 		db:       map[int]time.Duration{1: 10 * time.Millisecond, 2: 500 * time.Millisecond},
 		busy:     10 * time.Second,
 		capacity: 20 * time.Second,
 	}
 	end := cpuSnapshot{
 		self: 1500 * time.Millisecond,
+		proc: procCounters{user: 1200 * time.Millisecond, sys: 300 * time.Millisecond, minFaults: 350, voluntary: 40, preempted: 6, gc: 80 * time.Millisecond, gcCycles: 9},
 		// Backend 2 exited (its time is lost, not subtracted); backend 3 started.
 		db:       map[int]time.Duration{1: 30 * time.Millisecond, 3: 5 * time.Millisecond},
 		busy:     11600 * time.Millisecond,
@@ -302,6 +305,7 @@ func TestCPUSnapshot_Since(t *testing.T) {
 	}
 	d := end.since(start)
 	require.Equal(t, 500*time.Millisecond, d.self)
+	require.Equal(t, procCounters{user: 400 * time.Millisecond, sys: 100 * time.Millisecond, minFaults: 250, voluntary: 30, preempted: 1, gc: 30 * time.Millisecond, gcCycles: 2}, d.proc)
 	require.Equal(t, 25*time.Millisecond, d.db)
 	require.True(t, d.dbSeen)
 	// Others: 1.6s busy − 0.5s self − 0.025s db over 2s of capacity.

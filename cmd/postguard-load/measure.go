@@ -101,6 +101,7 @@ func (s *sample) add(o *sample) {
 	s.errors += o.errors
 	s.elapsed += o.elapsed
 	s.cpu.self += o.cpu.self
+	s.cpu.proc.add(o.cpu.proc)
 	s.cpu.db += o.cpu.db
 	s.cpu.dbSeen = s.cpu.dbSeen && o.cpu.dbSeen
 	s.hist.merge(&o.hist)

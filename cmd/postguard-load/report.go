@@ -45,6 +45,20 @@ type Row struct {
 	// CPUPerRequestUS is this process's user+sys CPU time during the measurement divided by the
 	// requests: the service and its load clients together; the database server's CPU is not in it.
 	CPUPerRequestUS float64 `json:"cpu_per_request_us"`
+	// SysCPUPerRequestUS is the system (kernel) part of CPUPerRequestUS: page faults, madvise,
+	// socket and futex calls.
+	SysCPUPerRequestUS float64 `json:"sys_cpu_per_request_us"`
+	// GCCPUPerRequestUS is the runtime's estimate of its garbage collector's CPU time over the
+	// requests (part of CPUPerRequestUS), and GCCyclesPerRequest the collections per request.
+	GCCPUPerRequestUS  float64 `json:"gc_cpu_per_request_us"`
+	GCCyclesPerRequest float64 `json:"gc_cycles_per_request"`
+	// FaultsPerRequest is this process's minor page faults over the requests: memory the Go
+	// runtime touches afresh, after getting it from the kernel or returning it (scavenging).
+	FaultsPerRequest float64 `json:"minor_faults_per_request"`
+	// SwitchesPerRequest and PreemptionsPerRequest are this process's voluntary and involuntary
+	// context switches over the requests.
+	SwitchesPerRequest    float64 `json:"context_switches_per_request"`
+	PreemptionsPerRequest float64 `json:"preemptions_per_request"`
 	// DBCPUPerRequestUS is the local PostgreSQL server's CPU time (all its processes) over the
 	// requests; absent on SQLite rows or when the server is not on this machine.
 	DBCPUPerRequestUS *float64 `json:"db_cpu_per_request_us,omitempty"`
@@ -84,7 +98,14 @@ func rowFromSample(scenario, unit string, clients int, s *sample) *Row {
 		P99MS:    ms(s.hist.quantile(0.99)),
 	}
 	if s.requests > 0 {
-		row.CPUPerRequestUS = round(float64(s.cpu.self.Microseconds())/float64(s.requests), 1)
+		n := float64(s.requests)
+		row.CPUPerRequestUS = round(float64(s.cpu.self.Microseconds())/n, 1)
+		row.SysCPUPerRequestUS = round(float64(s.cpu.proc.sys.Microseconds())/n, 1)
+		row.FaultsPerRequest = round(float64(s.cpu.proc.minFaults)/n, 1)
+		row.GCCPUPerRequestUS = round(float64(s.cpu.proc.gc.Microseconds())/n, 1)
+		row.GCCyclesPerRequest = round(float64(s.cpu.proc.gcCycles)/n, 3)
+		row.SwitchesPerRequest = round(float64(s.cpu.proc.voluntary)/n, 1)
+		row.PreemptionsPerRequest = round(float64(s.cpu.proc.preempted)/n, 1)
 		if s.cpu.dbSeen {
 			v := round(float64(s.cpu.db.Microseconds())/float64(s.requests), 1)
 			row.DBCPUPerRequestUS = &v
@@ -228,15 +249,18 @@ func (r *Report) writeTable(w io.Writer) error {
 		r.Engine, r.GOMAXPROCS, r.NumCPU, r.Concurrency, r.Duration)
 
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\tclients\trequests\terrors\treq/s\tp50\tp99\tratio\tbaseline\ttarget\tresult\tCPU/req\tDB CPU/req\tothers\t")
+	fmt.Fprintln(tw, "scenario\tclients\trequests\terrors\treq/s\tp50\tp99\tratio\tbaseline\ttarget\tresult\tCPU/req\tsys/req\tGC/req\tfaults/req\tDB CPU/req\tothers\t")
 	for _, row := range r.Rows {
-		clients, requests, errs, p50, p99, cpu, dbCPU, others := "-", "-", "-", "-", "-", "-", "-", "-"
+		clients, requests, errs, p50, p99, cpu, sys, gc, faults, dbCPU, others := "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-"
 		if !row.Derived {
 			clients = fmt.Sprint(row.Clients)
 			requests = fmt.Sprint(row.Requests)
 			errs = fmt.Sprint(row.Errors)
 			p50, p99 = fmtMS(row.P50MS), fmtMS(row.P99MS)
 			cpu = fmt.Sprintf("%.0fµs", row.CPUPerRequestUS)
+			sys = fmt.Sprintf("%.0fµs", row.SysCPUPerRequestUS)
+			gc = fmt.Sprintf("%.0fµs", row.GCCPUPerRequestUS)
+			faults = fmt.Sprintf("%.0f", row.FaultsPerRequest)
 			if row.DBCPUPerRequestUS != nil {
 				dbCPU = fmt.Sprintf("%.0fµs", *row.DBCPUPerRequestUS)
 			}
@@ -260,8 +284,8 @@ func (r *Report) writeTable(w io.Writer) error {
 				result = "FAIL"
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.1f %s/s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
-			row.Scenario, clients, requests, errs, row.Rate, row.Unit, p50, p99, ratio, baseline, target, result, cpu, dbCPU, others)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.1f %s/s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
+			row.Scenario, clients, requests, errs, row.Rate, row.Unit, p50, p99, ratio, baseline, target, result, cpu, sys, gc, faults, dbCPU, others)
 	}
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("error writing report: %w", err)

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime"
 	"runtime/pprof"
 	"strings"
 	"sync"
@@ -28,6 +29,10 @@ const trustedProxy = "127.0.0.1/32"
 
 // appURL is the service's APP_URL in the run (links in mail).
 const appURL = "http://127.0.0.1"
+
+// hashConcurrency is the service's HashConcurrency in the run and the number of goroutines of
+// the argon2id-hash baseline: GOMAXPROCS, the most hashes that can run at once.
+func hashConcurrency() int { return runtime.GOMAXPROCS(0) }
 
 // service is postguard's HTTP API built in-process as `postguard api` builds it (api.New with an
 // abuse.Limiter on the store, the production server timeouts), listening on a loopback port.
@@ -77,6 +82,10 @@ func (r *runner) startService(ctx context.Context, name string, store db.Store, 
 		Logger:     r.logger,
 		Registerer: registry,
 		Gatherer:   registry,
+		// Explicit, so that the register scenario's bound on concurrent hashes is the very
+		// concurrency of its argon2id-hash baseline (the service's default is runtime.NumCPU,
+		// which differs from GOMAXPROCS under a CPU quota or GOMAXPROCS=n).
+		HashConcurrency: hashConcurrency(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("error building the API: %w", err)
