@@ -7,13 +7,11 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"math"
-	"runtime"
-	"runtime/debug"
-	"runtime/metrics"
 	"strings"
 
 	"golang.org/x/crypto/argon2"
+
+	"github.com/postguard/postguard/api/argon2id"
 )
 
 // argon2id parameters: OWASP's first recommended set (m=19 MiB, t=2, p=1), DESIGN.md's floor.
@@ -25,58 +23,19 @@ const (
 	argonKeyLen    = 32
 )
 
-// Garbage collector settings of a process that hashes passwords (see TuneGC).
-const (
-	hashGCPercent = 200
-	// hashMemoryLimitFloor and hashMemoryLimitBase size the soft memory limit: the base covers
-	// what the process holds besides the hasher (pools, connections, goroutine stacks, caches).
-	hashMemoryLimitFloor = 200 << 20
-	hashMemoryLimitBase  = 64 << 20
-)
-
-// TuneGC sets the garbage collector for the password hasher's allocation pattern, unless the
-// operator chose through GOGC or GOMEMLIMIT (getenv reads the environment). Measured with
-// cmd/postguard-load's register scenario (2 CPUs, 200 concurrent registrations):
-//
-// Each hash allocates and drops a 19 MiB block, while the heap the service keeps between hashes
-// is small, so with the default GOGC=100 the runtime collects every 2 to 3 hashes, and in the
-// API process each cycle marks the stacks and buffers of every connection and request in
-// flight: 15-20 ms of CPU per cycle, 5-8 ms per registration (a collection in a process that
-// only hashes costs 1 ms per hash). GOGC=200 halves the cycles. Alone it lets the heap reach 3x
-// its live size, peaks included (peak RSS up to 237 MiB seen), so a soft memory limit caps it:
-// the larger of 200 MiB and room for the hasher's blocks (concurrency x 19 MiB, three times
-// over, the GOGC=200 goal) plus 64 MiB; the limit never sits below the live heap the hasher
-// bounds, so it cannot make the collector thrash. hashConcurrency <= 0 is api.Config's default
-// (runtime.GOMAXPROCS(0)). It returns the settings in force.
-func TuneGC(getenv func(string) string, hashConcurrency int) (gcPercent int, memoryLimit int64) {
-	if hashConcurrency <= 0 {
-		hashConcurrency = runtime.GOMAXPROCS(0)
-	}
-	if getenv("GOGC") == "" {
-		debug.SetGCPercent(hashGCPercent)
-	}
-	if getenv("GOMEMLIMIT") == "" {
-		hashes := int64(hashConcurrency) * argonMemoryKiB << 10
-		limit := int64(hashMemoryLimitFloor)
-		if hashes < (math.MaxInt64-hashMemoryLimitBase)/3 {
-			limit = max(limit, 3*hashes+hashMemoryLimitBase)
-		}
-		debug.SetMemoryLimit(limit)
-	}
-	samples := []metrics.Sample{{Name: "/gc/gogc:percent"}, {Name: "/gc/gomemlimit:bytes"}}
-	metrics.Read(samples)
-	return int(samples[0].Value.Uint64()), int64(samples[1].Value.Uint64()) //nolint:gosec // G115: runtime values
-}
-
 // passwordHasher hashes passwords with argon2id, at most n at a time: each hash holds 19 MiB
 // for tens of milliseconds, so an unbounded burst of registrations could exhaust memory.
-// Waiters queue on the semaphore (a request whose client leaves stops waiting).
+// Waiters queue on the semaphore (a request whose client leaves stops waiting). The n working
+// buffers are kept and reused (api/argon2id): allocating 19 MiB per hash made the garbage
+// collector and page faults the largest cost of a registration after the hash itself.
 type passwordHasher struct {
-	sem chan struct{}
+	sem  chan struct{}
+	bufs chan *argon2id.Buffer // free buffers; at most n exist, as at most n hashes run
 }
 
 func newPasswordHasher(n int) *passwordHasher {
-	return &passwordHasher{sem: make(chan struct{}, max(n, 1))}
+	n = max(n, 1)
+	return &passwordHasher{sem: make(chan struct{}, n), bufs: make(chan *argon2id.Buffer, n)}
 }
 
 // hash returns the PHC string of password under a fresh random salt:
@@ -90,9 +49,17 @@ func (h *passwordHasher) hash(ctx context.Context, password string) (string, err
 	}
 	defer func() { <-h.sem }()
 
+	var buf *argon2id.Buffer
+	select {
+	case buf = <-h.bufs:
+	default:
+		buf = new(argon2id.Buffer)
+	}
+	defer func() { h.bufs <- buf }() // never blocks: no more than cap(bufs) hashes hold one
+
 	salt := make([]byte, argonSaltLen)
 	_, _ = rand.Read(salt) // crypto/rand.Read never fails (Go 1.24+)
-	key := argon2.IDKey([]byte(password), salt, argonTime, argonMemoryKiB, argonThreads, argonKeyLen)
+	key := buf.IDKey([]byte(password), salt, argonTime, argonMemoryKiB, argonThreads, argonKeyLen)
 	return fmt.Sprintf("$argon2id$v=%d$m=%d,t=%d,p=%d$%s$%s",
 		argon2.Version, argonMemoryKiB, argonTime, argonThreads,
 		base64.RawStdEncoding.EncodeToString(salt), base64.RawStdEncoding.EncodeToString(key)), nil

@@ -2,9 +2,7 @@ package api
 
 import (
 	"context"
-	"math"
 	"regexp"
-	"runtime/debug"
 	"testing"
 	"time"
 
@@ -61,34 +59,4 @@ func TestPasswordHasher_Bounded(t *testing.T) {
 	<-hasher.sem
 	require.NoError(t, <-done)
 	require.Len(t, hasher.sem, 1, "the finished hash released its slot")
-}
-
-func TestTuneGC(t *testing.T) { //nolint:paralleltest // changes the process's collector settings
-	oldPercent := debug.SetGCPercent(100)
-	oldLimit := debug.SetMemoryLimit(math.MaxInt64)
-	t.Cleanup(func() {
-		debug.SetGCPercent(oldPercent)
-		debug.SetMemoryLimit(oldLimit)
-	})
-	noEnv := func(string) string { return "" }
-
-	t.Run("Defaults", func(t *testing.T) {
-		percent, limit := TuneGC(noEnv, 2)
-		require.Equal(t, 200, percent)
-		require.Equal(t, int64(200<<20), limit, "the floor, above 3 × 2 × 19 MiB + 64 MiB")
-	})
-
-	t.Run("LimitGrowsWithConcurrency", func(t *testing.T) {
-		_, limit := TuneGC(noEnv, 16)
-		require.Equal(t, int64(3*16*19<<20+64<<20), limit, "never below the hasher's blocks")
-	})
-
-	t.Run("EnvironmentWins", func(t *testing.T) {
-		debug.SetGCPercent(100)
-		debug.SetMemoryLimit(math.MaxInt64)
-		env := map[string]string{"GOGC": "100", "GOMEMLIMIT": "off"}
-		percent, limit := TuneGC(func(k string) string { return env[k] }, 2)
-		require.Equal(t, 100, percent)
-		require.Equal(t, int64(math.MaxInt64), limit)
-	})
 }

@@ -26,8 +26,6 @@ import (
 	"strings"
 	"syscall"
 	"time"
-
-	"github.com/postguard/postguard/api"
 )
 
 func main() {
@@ -207,14 +205,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		defer pprof.StopCPUProfile()
 	}
 
-	// The collector settings of `postguard api`/`serve` (GOGC and GOMEMLIMIT in the environment
-	// win, as there), so that what is measured is what runs.
-	gcPercent, memoryLimit := api.TuneGC(getenv, hashConcurrency())
-
 	r := newRunner(opts, stderr)
-	r.report.Notes = append(r.report.Notes, fmt.Sprintf(
-		"garbage collector as the API process sets it (api.TuneGC; GOGC/GOMEMLIMIT override): GOGC=%d, memory limit %d MiB",
-		gcPercent, memoryLimit>>20))
 	report, err := r.run(ctx)
 	if err != nil {
 		return err

@@ -11,8 +11,6 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-
-	"github.com/postguard/postguard/api"
 )
 
 func main() {
@@ -73,16 +71,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	default:
 		fmt.Fprintf(stderr, "postguard: unknown command %q\n\n%s", args[0], usage)
 		return errUsage
-	}
-	if server, ok := cmd.(*serverCommand); ok && server.role != roleWorker {
-		// The roles that serve the API hash passwords: argon2id's 19 MiB per hash makes the
-		// default GOGC=100 collect every 2-3 registrations, each collection costing 15-20 ms of
-		// CPU in a busy API process. api.TuneGC raises GOGC to 200 under a soft memory limit:
-		// measured with cmd/postguard-load (2 CPUs, 200 concurrent registrations), GC CPU per
-		// registration 4.3-7.5 ms → 2.4-3.7 ms, register/hash rate 0.68-0.90 (mean 0.82) →
-		// 0.74-0.97 (mean 0.87), peak RSS 148-179 → 197-215 MiB (the bound is 256 MiB).
-		// GOGC or GOMEMLIMIT in the environment win.
-		api.TuneGC(getenv, 0)
 	}
 	return cmd.Run(ctx, &commandEnv{Getenv: getenv, Stdout: stdout, Stderr: stderr})
 }
