@@ -99,7 +99,7 @@ func (s *server) handle(h handlerFunc) gin.HandlerFunc {
 }
 
 // writeError is the one place where errors become answers. An *Error is answered as it says (its
-// cause, if any, logged at info level, or error level for a 5xx); a body over the limit is a 413;
+// cause, if any, logged at info level, warn for a 503, or error level for another 5xx); a body over the limit is a 413;
 // a request whose context ended (the client left, or RequestTimeout passed) and an error saying
 // the database cannot be reached (see databaseUnavailable) are a 503 logged at warn level;
 // anything else is a generic 500 logged at error level with its message, which the client never
@@ -114,6 +114,9 @@ func (s *server) writeError(c *gin.Context, err error) {
 	case errors.As(err, &apiErr):
 		switch {
 		case apiErr.Cause == nil: // nothing the operator needs beyond the access log
+		case apiErr.Status == http.StatusServiceUnavailable:
+			// A state that passes (readyz during an outage, probed every few seconds), not a bug.
+			s.logger.WarnContext(ctx, "API error", append(attrs, slog.String("error", err.Error()))...)
 		case apiErr.Status >= 500:
 			s.logger.ErrorContext(ctx, "API error", append(attrs, slog.String("error", err.Error()))...)
 		default:
