@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"github.com/postguard/postguard/db"
@@ -29,12 +28,7 @@ func TestDatabaseUnavailable(t *testing.T) {
 	}{
 		{"ConnectionRefused", fmt.Errorf("error beginning transaction: %w", refused), true},
 		{"ConnectionClosedMidAnswer", fmt.Errorf("error pinging database: %w", io.ErrUnexpectedEOF), true},
-		{"PooledConnectionClosed", fmt.Errorf("error committing transaction: %w", pgconn.ErrConnClosed), true},
-		{"AdminShutdown", fmt.Errorf("x: %w", &pgconn.PgError{Code: "57P01"}), true},
-		{"ConnectionFailure", &pgconn.PgError{Code: "08006"}, true},
-		{"TooManyConnections", &pgconn.PgError{Code: "53300"}, true},
-		{"UniqueViolation", &pgconn.PgError{Code: "23505"}, false},
-		{"SyntaxError", &pgconn.PgError{Code: "42601"}, false},
+		{"MarkedByStore", fmt.Errorf("error committing transaction: %w", fmt.Errorf("%w: conn closed", db.ErrUnavailable)), true},
 		{"NotFound", fmt.Errorf("x: %w", db.ErrNotFound), false},
 		{"Bug", errors.New("nil pointer somewhere"), false},
 	} {

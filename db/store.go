@@ -26,6 +26,12 @@ var (
 	// ErrEmailTaken is returned by UserInsert when the email is already registered.
 	ErrEmailTaken = errors.New("email already registered")
 
+	// ErrUnavailable wraps errors that mean the database cannot be reached or cannot serve right
+	// now (a refused or dropped connection, a timeout, a server shutting down or out of
+	// connections): a state that passes, answered 503, not a bug. Each engine decides, at its
+	// boundary, which of its driver's errors these are.
+	ErrUnavailable = errors.New("database unavailable")
+
 	// ErrSchemaBehind is returned by Store.CheckSchema when River's or the app's migrations have
 	// not all been applied. The message tells the operator what to run.
 	ErrSchemaBehind = errors.New("database schema is behind: run `postguard migrate`")

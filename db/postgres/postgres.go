@@ -8,13 +8,16 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
+	"net"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
@@ -171,7 +174,7 @@ func (s *Store) EmailTokenDeleteExpired(ctx context.Context, before time.Time, l
 		Max:    int64(limit),
 	})
 	if err != nil {
-		return 0, fmt.Errorf("error deleting expired email tokens: %w", err)
+		return 0, fmt.Errorf("error deleting expired email tokens: %w", interpretError(err))
 	}
 	return deleted, nil
 }
@@ -184,7 +187,7 @@ func (s *Store) Engine() string { return "postgres" }
 func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx db.Queries) error) error {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
-		return fmt.Errorf("error beginning transaction: %w", err)
+		return fmt.Errorf("error beginning transaction: %w", interpretError(err))
 	}
 	defer func() {
 		// A no-op after Commit. On failure pgx closes the connection, so it is not reused.
@@ -196,7 +199,7 @@ func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx db.Que
 	}
 
 	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("error committing transaction: %w", err)
+		return fmt.Errorf("error committing transaction: %w", interpretError(err))
 	}
 	return nil
 }
@@ -245,7 +248,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 // Ping checks the database answers.
 func (s *Store) Ping(ctx context.Context) error {
 	if err := s.pool.Ping(ctx); err != nil {
-		return fmt.Errorf("error pinging database: %w", err)
+		return fmt.Errorf("error pinging database: %w", interpretError(err))
 	}
 	return nil
 }
@@ -267,7 +270,7 @@ func (s *Store) RateLimitCounterConsume(ctx context.Context, params *db.RateLimi
 		if errors.Is(err, pgx.ErrNoRows) {
 			return params.Limit, false, nil
 		}
-		return 0, false, fmt.Errorf("error consuming rate limit counter: %w", err)
+		return 0, false, fmt.Errorf("error consuming rate limit counter: %w", interpretError(err))
 	}
 	return count, true, nil
 }
@@ -279,7 +282,7 @@ func (s *Store) RateLimitCounterDeleteExpired(ctx context.Context, before time.T
 		Max:    int64(limit),
 	})
 	if err != nil {
-		return 0, fmt.Errorf("error deleting expired rate limit counters: %w", err)
+		return 0, fmt.Errorf("error deleting expired rate limit counters: %w", interpretError(err))
 	}
 	return deleted, nil
 }
@@ -315,7 +318,7 @@ func (s *Store) SendPacerReserve(ctx context.Context, name string, interval time
 		TatUs:      now.UnixMicro() + intervalUS,
 	})
 	if err != nil {
-		return time.Time{}, fmt.Errorf("error reserving send slot: %w", err)
+		return time.Time{}, fmt.Errorf("error reserving send slot: %w", interpretError(err))
 	}
 	return time.UnixMicro(tatUS - intervalUS).UTC(), nil
 }
@@ -418,7 +421,7 @@ func (e *executor) EmailTokenInsert(ctx context.Context, params *db.EmailTokenIn
 		UserID:    params.UserID,
 	})
 	if err != nil {
-		return fmt.Errorf("error inserting email token: %w", err)
+		return fmt.Errorf("error inserting email token: %w", interpretError(err))
 	}
 	return nil
 }
@@ -431,7 +434,7 @@ func (e *executor) EmailTokenInvalidateUser(ctx context.Context, userID int64, p
 		UserID:  userID,
 	})
 	if err != nil {
-		return fmt.Errorf("error invalidating email tokens: %w", err)
+		return fmt.Errorf("error invalidating email tokens: %w", interpretError(err))
 	}
 	return nil
 }
@@ -453,7 +456,7 @@ func (e *executor) JobInsert(ctx context.Context, args river.JobArgs, opts *rive
 		res, err = client.Insert(ctx, args, opts)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("error inserting %s job: %w", args.Kind(), err)
+		return nil, fmt.Errorf("error inserting %s job: %w", args.Kind(), interpretError(err))
 	}
 	return res, nil
 }
@@ -490,7 +493,7 @@ func (e *executor) UserInsert(ctx context.Context, params *db.UserInsertParams) 
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil, db.ErrEmailTaken
 		}
-		return nil, fmt.Errorf("error inserting user: %w", err)
+		return nil, fmt.Errorf("error inserting user: %w", interpretError(err))
 	}
 	return userFromRow(user), nil
 }
@@ -523,12 +526,43 @@ func (e *executor) UserUnsubscribe(ctx context.Context, id int64, now time.Time)
 	return requireUpdated("unsubscribing user", updated, err)
 }
 
-// interpretError turns pgx.ErrNoRows into db.ErrNotFound, once, at the store's boundary.
+// interpretError turns pgx's errors into the db package's, once, at the store's boundary:
+// pgx.ErrNoRows is db.ErrNotFound, and an error that says the database cannot serve right now
+// (see unavailable) is wrapped in db.ErrUnavailable.
 func interpretError(err error) error {
-	if errors.Is(err, pgx.ErrNoRows) {
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
 		return db.ErrNotFound
+	case unavailable(err):
+		return fmt.Errorf("%w: %w", db.ErrUnavailable, err)
 	}
 	return err
+}
+
+// unavailable says err is PostgreSQL being unreachable or not answering, a state that passes,
+// rather than a bug:
+//   - the network failed: a refused, reset or timed-out connection is a net.Error, a connection
+//     closed mid-answer an io.EOF;
+//   - pgx found its connection closed by such a failure (pgconn.ErrConnClosed), or failed before
+//     sending anything (pgconn.SafeToRetry), or timed out (pgconn.Timeout);
+//   - the server said it cannot serve: SQLSTATE class 08 (connection exception), 53300 (too many
+//     connections), 57P01-57P03 (shutting down, crashed, starting up).
+func unavailable(err error) bool {
+	var netErr net.Error
+	switch {
+	case errors.As(err, &netErr), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return true
+	case errors.Is(err, pgconn.ErrConnClosed), pgconn.SafeToRetry(err), pgconn.Timeout(err):
+		return true
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch state := pgErr.SQLState(); {
+		case strings.HasPrefix(state, "08"), state == "53300", state == "57P01", state == "57P02", state == "57P03":
+			return true
+		}
+	}
+	return false
 }
 
 // missingVersions lists the versions of all that are not in existing.
@@ -545,7 +579,7 @@ func missingVersions(all, existing []rivermigrate.Migration) []int {
 // requireUpdated wraps an update's error, and reports db.ErrNotFound when it touched no row.
 func requireUpdated(doing string, updated int64, err error) error {
 	if err != nil {
-		return fmt.Errorf("error %s: %w", doing, err)
+		return fmt.Errorf("error %s: %w", doing, interpretError(err))
 	}
 	if updated == 0 {
 		return fmt.Errorf("error %s: %w", doing, db.ErrNotFound)

@@ -1,0 +1,51 @@
+package postgres
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"syscall"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/stretchr/testify/require"
+
+	"github.com/postguard/postguard/db"
+)
+
+func TestInterpretError(t *testing.T) {
+	t.Parallel()
+
+	refused := &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+	for _, tt := range []struct {
+		name            string
+		err             error
+		wantUnavailable bool
+	}{
+		{"ConnectionRefused", fmt.Errorf("x: %w", refused), true},
+		{"ConnectionClosedMidAnswer", io.ErrUnexpectedEOF, true},
+		{"PooledConnectionClosed", pgconn.ErrConnClosed, true},
+		{"AdminShutdown", fmt.Errorf("x: %w", &pgconn.PgError{Code: "57P01"}), true},
+		{"ConnectionFailure", &pgconn.PgError{Code: "08006"}, true},
+		{"TooManyConnections", &pgconn.PgError{Code: "53300"}, true},
+		{"UniqueViolation", &pgconn.PgError{Code: "23505"}, false},
+		{"SyntaxError", &pgconn.PgError{Code: "42601"}, false},
+		{"Bug", errors.New("nil pointer somewhere"), false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+
+			got := interpretError(tt.err)
+			require.Equal(t, tt.wantUnavailable, errors.Is(got, db.ErrUnavailable), "%v", got)
+			require.ErrorIs(t, got, tt.err, "the driver's error stays inspectable")
+		})
+	}
+
+	t.Run("NoRowsIsNotFound", func(t *testing.T) {
+		t.Parallel()
+
+		require.ErrorIs(t, interpretError(pgx.ErrNoRows), db.ErrNotFound)
+	})
+}
