@@ -23,7 +23,7 @@ type nopStore struct{ db.Store }
 // nopSender is a mail.Sender that accepts everything.
 type nopSender struct{}
 
-func (nopSender) Send(context.Context, *mail.Message) error { return nil }
+func (nopSender) Send(context.Context, *mail.Message) (string, error) { return "nop", nil }
 
 func validConfig() *Config {
 	return &Config{

@@ -148,7 +148,7 @@ func (d *emailDeliverer) deliver(ctx context.Context, logger *slog.Logger, job *
 		return err
 	}
 
-	err := d.sender.Send(ctx, msg)
+	_, err := d.sender.Send(ctx, msg)
 	return d.result(ctx, logger, job, meta, err)
 }
 

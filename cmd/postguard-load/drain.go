@@ -36,7 +36,7 @@ const (
 // noopSender accepts every message at once: the workers' own cost, without a provider.
 type noopSender struct{}
 
-func (noopSender) Send(context.Context, *mail.Message) error { return nil }
+func (noopSender) Send(context.Context, *mail.Message) (string, error) { return "noop", nil }
 
 // emailDrain measures how fast the real workers drain verification mails: into resendfake
 // through the real resend-go client, compared with the same workers on a no-op sender; then

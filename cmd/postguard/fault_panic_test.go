@@ -26,7 +26,7 @@ type panicSender struct{}
 
 const panicMessage = "panicSender: nil map in the template cache"
 
-func (panicSender) Send(context.Context, *mail.Message) error { panic(panicMessage) }
+func (panicSender) Send(context.Context, *mail.Message) (string, error) { panic(panicMessage) }
 
 // TestServe_WorkerPanic wires a serve process in-process, as serverCommand does (the store,
 // jobs.NewRiverConfig, River started, api.New on the same store), with a mail.Sender that

@@ -52,22 +52,25 @@ func ExampleNewResendSender() {
 	}
 
 	msg := &mail.Message{
-		IdempotencyKey: "welcome:1",
+		IdempotencyKey: "welcome_email:1:5f2b0c9d4e7a1b3c8d6e0f1a2b3c4d5e",
 		Subject:        "Welcome aboard",
 		Text:           "Hi Ada",
 		To:             "ada@example.com",
 	}
-	if err := sender.Send(context.Background(), msg); err != nil {
+	id, err := sender.Send(context.Background(), msg)
+	if err != nil {
 		outcome := mail.Classify(err)
 		fmt.Println("send failed, job should", outcome.Action)
 		return
 	}
-	// A retry with the same idempotency key is not delivered twice.
-	if err := sender.Send(context.Background(), msg); err != nil {
+	// A retry with the same idempotency key is not delivered twice: Resend answers the first
+	// send's id.
+	again, err := sender.Send(context.Background(), msg)
+	if err != nil {
 		log.Fatal(err)
 	}
 
-	fmt.Println("deliveries:", len(fake.Deliveries()))
+	fmt.Println("deliveries:", len(fake.Deliveries()), "same id:", again == id)
 	// Output:
-	// deliveries: 1
+	// deliveries: 1 same id: true
 }

@@ -2,6 +2,7 @@ package mail
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"log/slog"
 	"regexp"
@@ -43,11 +44,11 @@ func textLinks(text string) []string {
 	return links
 }
 
-// Send logs msg and returns nil; a message without a recipient gives
-// ErrInvalidMessage, like the real sender.
-func (s *LogSender) Send(ctx context.Context, msg *Message) error {
+// Send logs msg and returns a new id for it; a message without a recipient
+// gives ErrInvalidMessage, like the real sender.
+func (s *LogSender) Send(ctx context.Context, msg *Message) (string, error) {
 	if msg == nil || strings.TrimSpace(msg.To) == "" {
-		return fmt.Errorf("error sending email: %w: no recipient", ErrInvalidMessage)
+		return "", fmt.Errorf("error sending email: %w: no recipient", ErrInvalidMessage)
 	}
 
 	links := textLinks(msg.Text)
@@ -60,5 +61,5 @@ func (s *LogSender) Send(ctx context.Context, msg *Message) error {
 		slog.Any("links", links),
 		slog.String("text", msg.Text),
 	)
-	return nil
+	return "log_" + rand.Text(), nil
 }

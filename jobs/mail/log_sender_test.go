@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"log/slog"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -35,13 +36,15 @@ func TestLogSender_Send(t *testing.T) {
 		_, _, text, err := RenderVerification(&VerificationData{Name: "Ada", VerifyURL: "http://localhost:8080/v1/auth/verify-email?token=abc"})
 		require.NoError(t, err)
 
-		require.NoError(t, bundle.sender.Send(t.Context(), &Message{
+		id, err := bundle.sender.Send(t.Context(), &Message{
 			IdempotencyKey: "verification_email:1:2",
 			Kind:           "verification_email",
 			Subject:        "Verify your email address",
 			Text:           text,
 			To:             "ada@example.com",
-		}))
+		})
+		require.NoError(t, err)
+		require.True(t, strings.HasPrefix(id, "log_"), id)
 
 		var line struct {
 			IdempotencyKey string   `json:"idempotency_key"`
@@ -75,7 +78,7 @@ func TestLogSender_Send(t *testing.T) {
 
 		bundle := setup(t)
 
-		err := bundle.sender.Send(t.Context(), &Message{Subject: "s"})
+		_, err := bundle.sender.Send(t.Context(), &Message{Subject: "s"})
 		require.ErrorIs(t, err, ErrInvalidMessage)
 		require.Empty(t, bundle.buf.String())
 	})

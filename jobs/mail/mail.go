@@ -43,9 +43,11 @@ type Message struct {
 
 // Sender delivers email. Implementations must be safe for concurrent use.
 //
-// A failure is either a *ProviderError (the provider answered with an error
-// status) or another error (network error, timeout, cancelled context,
-// invalid message); Classify says what a job should do with any of them.
+// Send returns the provider's id of the accepted message (Resend's email id,
+// which its webhooks name). A failure is either a *ProviderError (the
+// provider answered with an error status) or another error (network error,
+// timeout, cancelled context, invalid message); Classify says what a job
+// should do with any of them.
 type Sender interface {
-	Send(ctx context.Context, msg *Message) error
+	Send(ctx context.Context, msg *Message) (id string, err error)
 }

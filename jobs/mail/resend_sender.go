@@ -110,18 +110,19 @@ func NewResendSender(config *ResendConfig) (*ResendSender, error) {
 	}, nil
 }
 
-// Send delivers msg with its Idempotency-Key, within the configured timeout.
+// Send delivers msg with its Idempotency-Key, within the configured timeout,
+// and returns Resend's id of the email.
 //
 // An error answer is returned as a *ProviderError; a network error or timeout
 // is returned wrapped as the HTTP client reported it (so a cancelled ctx stays
 // recognisable with errors.Is(err, context.Canceled)). A message without a
 // recipient or idempotency key gives ErrInvalidMessage, nothing sent.
-func (s *ResendSender) Send(ctx context.Context, msg *Message) error {
+func (s *ResendSender) Send(ctx context.Context, msg *Message) (string, error) {
 	if msg == nil || strings.TrimSpace(msg.To) == "" {
-		return fmt.Errorf("error sending email: %w: no recipient", ErrInvalidMessage)
+		return "", fmt.Errorf("error sending email: %w: no recipient", ErrInvalidMessage)
 	}
 	if msg.IdempotencyKey == "" {
-		return fmt.Errorf("error sending email: %w: no idempotency key", ErrInvalidMessage)
+		return "", fmt.Errorf("error sending email: %w: no idempotency key", ErrInvalidMessage)
 	}
 
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
@@ -138,15 +139,15 @@ func (s *ResendSender) Send(ctx context.Context, msg *Message) error {
 		Text:    msg.Text,
 		Headers: msg.Headers,
 	}
-	_, err := s.client.Emails.SendWithOptions(ctx, params, &resend.SendEmailOptions{IdempotencyKey: msg.IdempotencyKey})
+	resp, err := s.client.Emails.SendWithOptions(ctx, params, &resend.SendEmailOptions{IdempotencyKey: msg.IdempotencyKey})
 	if err == nil {
-		return nil
+		return resp.Id, nil
 	}
 
 	if capture.statusCode != 0 && (capture.statusCode < 200 || capture.statusCode >= 300) {
-		return capture.providerError(time.Now())
+		return "", capture.providerError(time.Now())
 	}
-	return fmt.Errorf("error sending email through Resend: %w", err)
+	return "", fmt.Errorf("error sending email through Resend: %w", err)
 }
 
 func parseBaseURL(raw string) (*url.URL, error) {

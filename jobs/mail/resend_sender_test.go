@@ -79,7 +79,8 @@ func TestResendSender_Send(t *testing.T) {
 
 		bundle := setup(t, nil, nil)
 
-		require.NoError(t, bundle.sender.Send(t.Context(), testMessage("welcome:42")))
+		id, err := bundle.sender.Send(t.Context(), testMessage("welcome:42"))
+		require.NoError(t, err)
 
 		requests := bundle.fake.Requests()
 		require.Len(t, requests, 1)
@@ -110,6 +111,7 @@ func TestResendSender_Send(t *testing.T) {
 		deliveries := bundle.fake.Deliveries()
 		require.Len(t, deliveries, 1)
 		require.Equal(t, "welcome:42", deliveries[0].IdempotencyKey)
+		require.Equal(t, deliveries[0].ID, id, "Send returns Resend's id of the email")
 		require.Equal(t, "List-Unsubscribe=One-Click", deliveries[0].Headers["List-Unsubscribe-Post"])
 	})
 
@@ -160,7 +162,7 @@ func TestResendSender_Send(t *testing.T) {
 				bundle := setup(t, nil, nil)
 				bundle.fake.Enqueue(tt.response)
 
-				err := bundle.sender.Send(t.Context(), testMessage("k1"))
+				_, err := bundle.sender.Send(t.Context(), testMessage("k1"))
 				providerErr := requireProviderError(t, err, tt.response.Status, tt.response.Name)
 				require.Equal(t, tt.wantRetryAfter, providerErr.RetryAfter)
 				if tt.response.Message != "" {
@@ -191,10 +193,10 @@ func TestResendSender_Send(t *testing.T) {
 		}, nil)
 
 		firstErr := make(chan error, 1)
-		go func() { firstErr <- bundle.sender.Send(context.Background(), testMessage("k1")) }()
+		go func() { _, err := bundle.sender.Send(context.Background(), testMessage("k1")); firstErr <- err }()
 		<-received
 
-		err := bundle.sender.Send(t.Context(), testMessage("k1"))
+		_, err := bundle.sender.Send(t.Context(), testMessage("k1"))
 		_ = requireProviderError(t, err, http.StatusConflict, "concurrent_idempotent_requests")
 		require.Equal(t, Outcome{Action: ActionSnooze, SnoozeFor: ConcurrentIdempotencySnooze}, Classify(err))
 
@@ -212,7 +214,7 @@ func TestResendSender_Send(t *testing.T) {
 			Delay:            time.Second,
 		}, nil)
 
-		err := bundle.sender.Send(ctx, testMessage("k1"))
+		_, err := bundle.sender.Send(ctx, testMessage("k1"))
 		require.ErrorIs(t, err, context.Canceled, "shutdown must stay recognisable")
 		_, isProviderErr := errors.AsType[*ProviderError](err)
 		require.False(t, isProviderErr)
@@ -226,11 +228,12 @@ func TestResendSender_Send(t *testing.T) {
 		// The first attempt is delivered but its answer is lost.
 		bundle.fake.Enqueue(resendfake.Response{Deliver: true, Drop: true})
 
-		err := bundle.sender.Send(t.Context(), testMessage("k1"))
+		_, err := bundle.sender.Send(t.Context(), testMessage("k1"))
 		require.Error(t, err)
 		require.Equal(t, Outcome{Action: ActionRetry}, Classify(err))
 
-		require.NoError(t, bundle.sender.Send(t.Context(), testMessage("k1")))
+		_, err = bundle.sender.Send(t.Context(), testMessage("k1"))
+		require.NoError(t, err)
 		require.Len(t, bundle.fake.Requests(), 2)
 		require.Len(t, bundle.fake.Deliveries(), 1, "the retry is not delivered twice")
 	})
@@ -240,11 +243,12 @@ func TestResendSender_Send(t *testing.T) {
 
 		bundle := setup(t, nil, nil)
 
-		require.NoError(t, bundle.sender.Send(t.Context(), testMessage("k1")))
+		_, err := bundle.sender.Send(t.Context(), testMessage("k1"))
+		require.NoError(t, err)
 
 		other := testMessage("k1")
 		other.Subject = "Another subject"
-		err := bundle.sender.Send(t.Context(), other)
+		_, err = bundle.sender.Send(t.Context(), other)
 		_ = requireProviderError(t, err, http.StatusConflict, "invalid_idempotent_request")
 		require.Equal(t, Outcome{Action: ActionCancel}, Classify(err))
 	})
@@ -256,11 +260,12 @@ func TestResendSender_Send(t *testing.T) {
 
 		noRecipient := testMessage("k1")
 		noRecipient.To = " "
-		err := bundle.sender.Send(t.Context(), noRecipient)
+		_, err := bundle.sender.Send(t.Context(), noRecipient)
 		require.ErrorIs(t, err, ErrInvalidMessage)
 		require.Equal(t, Outcome{Action: ActionCancel}, Classify(err))
 
-		require.ErrorIs(t, bundle.sender.Send(t.Context(), testMessage("")), ErrInvalidMessage)
+		_, err = bundle.sender.Send(t.Context(), testMessage(""))
+		require.ErrorIs(t, err, ErrInvalidMessage)
 		require.Empty(t, bundle.fake.Requests())
 	})
 
@@ -271,7 +276,7 @@ func TestResendSender_Send(t *testing.T) {
 
 		msg := testMessage("k1")
 		msg.Subject = ""
-		err := bundle.sender.Send(t.Context(), msg)
+		_, err := bundle.sender.Send(t.Context(), msg)
 		_ = requireProviderError(t, err, http.StatusUnprocessableEntity, "missing_required_field")
 		require.Equal(t, Outcome{Action: ActionCancel}, Classify(err))
 	})
@@ -282,7 +287,7 @@ func TestResendSender_Send(t *testing.T) {
 		bundle := setup(t, nil, nil)
 		bundle.fake.Close()
 
-		err := bundle.sender.Send(t.Context(), testMessage("k1"))
+		_, err := bundle.sender.Send(t.Context(), testMessage("k1"))
 		require.Error(t, err)
 		_, isProviderErr := errors.AsType[*ProviderError](err)
 		require.False(t, isProviderErr, "a network error is not a provider answer")
@@ -302,7 +307,7 @@ func TestResendSender_Send(t *testing.T) {
 		sender, err := NewResendSender(&ResendConfig{APIKey: testAPIKey, BaseURL: server.URL, From: "a@example.com"})
 		require.NoError(t, err)
 
-		err = sender.Send(t.Context(), testMessage("k1"))
+		_, err = sender.Send(t.Context(), testMessage("k1"))
 		providerErr, ok := errors.AsType[*ProviderError](err)
 		require.True(t, ok)
 		require.Equal(t, &ProviderError{StatusCode: http.StatusBadGateway, Message: "Bad Gateway"}, providerErr)
@@ -314,8 +319,9 @@ func TestResendSender_Send(t *testing.T) {
 
 		bundle := setup(t, &resendfake.Config{RatePerSecond: 1}, nil)
 
-		require.NoError(t, bundle.sender.Send(t.Context(), testMessage("k1")))
-		err := bundle.sender.Send(t.Context(), testMessage("k2"))
+		_, err := bundle.sender.Send(t.Context(), testMessage("k1"))
+		require.NoError(t, err)
+		_, err = bundle.sender.Send(t.Context(), testMessage("k2"))
 		providerErr := requireProviderError(t, err, http.StatusTooManyRequests, "rate_limit_exceeded")
 		require.Equal(t, time.Second, providerErr.RetryAfter)
 		require.Equal(t, Outcome{Action: ActionSnooze, SnoozeFor: time.Second}, Classify(err))
@@ -327,7 +333,7 @@ func TestResendSender_Send(t *testing.T) {
 		bundle := setup(t, &resendfake.Config{Delay: 5 * time.Second}, &ResendConfig{Timeout: 50 * time.Millisecond})
 
 		start := time.Now()
-		err := bundle.sender.Send(t.Context(), testMessage("k1"))
+		_, err := bundle.sender.Send(t.Context(), testMessage("k1"))
 		require.Less(t, time.Since(start), 2*time.Second)
 		require.ErrorIs(t, err, context.DeadlineExceeded)
 		_, isProviderErr := errors.AsType[*ProviderError](err)
@@ -339,7 +345,8 @@ func TestResendSender_Send(t *testing.T) {
 		t.Parallel()
 
 		bundle := setup(t, nil, nil)
-		require.NoError(t, bundle.sender.Send(t.Context(), testMessage("taken")))
+		_, err := bundle.sender.Send(t.Context(), testMessage("taken"))
+		require.NoError(t, err)
 
 		const n = 30
 		errs := make([]error, n)
@@ -354,7 +361,7 @@ func TestResendSender_Send(t *testing.T) {
 					msg.IdempotencyKey = "taken"
 					msg.Text = fmt.Sprintf("other %d", i)
 				}
-				errs[i] = bundle.sender.Send(context.Background(), msg)
+				_, errs[i] = bundle.sender.Send(context.Background(), msg)
 			})
 		}
 		wg.Wait()
@@ -416,7 +423,7 @@ func TestNewResendSender(t *testing.T) {
 		require.Same(t, transport, httpClient.Transport, "the caller's client is not modified")
 
 		fake.Enqueue(resendfake.Response{Status: 422, Name: "validation_error"})
-		err = sender.Send(t.Context(), testMessage("k1"))
+		_, err = sender.Send(t.Context(), testMessage("k1"))
 		require.Equal(t, int64(1), transport.count.Load())
 		providerErr, ok := errors.AsType[*ProviderError](err)
 		require.True(t, ok, "errors are still captured through a custom client")
