@@ -13,7 +13,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/stretchr/testify/require"
 
-	"github.com/postguard/postguard/jobs"
+	"github.com/postguard/postguard/jobs/tokens"
 )
 
 func TestRouter_RequestID(t *testing.T) {
@@ -165,7 +165,7 @@ func TestRouter_BodyLimit(t *testing.T) {
 
 	t.Run("Multipart", func(t *testing.T) {
 		t.Parallel()
-		req := multipartRequest(t, "/v1/unsubscribe?token="+jobs.UnsubscribeToken(testSecret, 1),
+		req := multipartRequest(t, "/v1/unsubscribe?token="+tokens.Unsubscribe(testSecret, 1),
 			url.Values{"List-Unsubscribe": {"One-Click"}, "padding": {strings.Repeat("a", MaxBodyBytes)}})
 		rec := serve(t, bundle.router, req)
 		require.Equal(t, http.StatusRequestEntityTooLarge, rec.Code)
@@ -197,12 +197,12 @@ func TestRouter_AccessLog(t *testing.T) {
 	serve(t, bundle.router, jsonRequest(t, "/v1/auth/register", map[string]string{"email": email, "password": "hunter22hunter22"}))
 	serve(t, bundle.router, jsonRequest(t, "/v1/auth/forgot-password", map[string]string{"email": email}))
 	serve(t, bundle.router, jsonRequest(t, "/v1/auth/register", map[string]string{"email": email, "password": "hunter22hunter22"})) // 409
-	serve(t, bundle.router, httptest.NewRequest(http.MethodGet, "/v1/unsubscribe?token="+jobs.UnsubscribeToken(testSecret, 7), nil))
+	serve(t, bundle.router, httptest.NewRequest(http.MethodGet, "/v1/unsubscribe?token="+tokens.Unsubscribe(testSecret, 7), nil))
 
 	logs := bundle.logs.String()
 	require.NotContains(t, logs, token)
 	require.NotContains(t, logs, "token=")
-	require.NotContains(t, logs, jobs.UnsubscribeToken(testSecret, 7))
+	require.NotContains(t, logs, tokens.Unsubscribe(testSecret, 7))
 	require.NotContains(t, logs, email)
 	require.NotContains(t, logs, "hunter22")
 	require.NotContains(t, logs, "192.0.2.1") // httptest's peer: no IP in logs either

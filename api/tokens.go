@@ -9,12 +9,8 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/postguard/postguard/db"
-	"github.com/postguard/postguard/jobs"
+	"github.com/postguard/postguard/jobs/tokens"
 )
-
-// maxTokenLen bounds a token read from a request. Mailed tokens are 43 characters (base64url of
-// an HMAC-SHA-256); the bound leaves room for other versions while refusing junk cheaply.
-const maxTokenLen = 256
 
 type tokenRequest struct {
 	Token string `json:"token"`
@@ -36,29 +32,13 @@ func setTokenPageHeaders(c *gin.Context) {
 	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
 }
 
-// plausibleToken cheaply refuses what cannot be a mailed token (base64url, bounded), so that
-// junk costs neither a database round trip nor, on reset-password, a password hash.
-func plausibleToken(token string) bool {
-	if token == "" || len(token) > maxTokenLen {
-		return false
-	}
-	for i := range len(token) {
-		switch b := token[i]; {
-		case 'a' <= b && b <= 'z', 'A' <= b && b <= 'Z', '0' <= b && b <= '9', b == '-', b == '_':
-		default:
-			return false
-		}
-	}
-	return true
-}
-
 // verifyEmailPage is the page a verification link opens: a form that posts the token back. It
 // changes nothing, so a link scanner's prefetch does no harm.
 func (s *server) verifyEmailPage(c *gin.Context) error {
 	setTokenPageHeaders(c)
 	answerHTML(c)
 	token := c.Query("token")
-	if !plausibleToken(token) {
+	if !tokens.Plausible(token) {
 		return errInvalidToken
 	}
 	return s.renderPage(c, http.StatusOK, &pageData{Form: formVerify, Title: "Confirm your email address", Token: token})
@@ -92,13 +72,13 @@ func (s *server) verifyEmail(c *gin.Context) error {
 	if len(fieldErrs) > 0 {
 		return validationError(fieldErrs)
 	}
-	if !plausibleToken(token) {
+	if !tokens.Plausible(token) {
 		return errInvalidToken
 	}
 
 	err = s.store.InTx(c.Request.Context(), func(ctx context.Context, tx db.Queries) error {
 		now := s.now()
-		userID, err := tx.EmailTokenConsume(ctx, jobs.HashToken(token), db.TokenPurposeVerify, now)
+		userID, err := tx.EmailTokenConsume(ctx, tokens.Hash(token), db.TokenPurposeVerify, now)
 		if err != nil {
 			return err
 		}
@@ -123,7 +103,7 @@ func (s *server) resetPasswordPage(c *gin.Context) error {
 	setTokenPageHeaders(c)
 	answerHTML(c)
 	token := c.Query("token")
-	if !plausibleToken(token) {
+	if !tokens.Plausible(token) {
 		return errInvalidToken
 	}
 	return s.renderPage(c, http.StatusOK, &pageData{
@@ -160,7 +140,7 @@ func (s *server) resetPassword(c *gin.Context) error {
 	if len(fieldErrs) > 0 {
 		return validationError(fieldErrs)
 	}
-	if !plausibleToken(req.Token) {
+	if !tokens.Plausible(req.Token) {
 		return errInvalidToken
 	}
 
@@ -171,7 +151,7 @@ func (s *server) resetPassword(c *gin.Context) error {
 	}
 	err = s.store.InTx(ctx, func(ctx context.Context, tx db.Queries) error {
 		now := s.now()
-		userID, err := tx.EmailTokenConsume(ctx, jobs.HashToken(req.Token), db.TokenPurposeReset, now)
+		userID, err := tx.EmailTokenConsume(ctx, tokens.Hash(req.Token), db.TokenPurposeReset, now)
 		if err != nil {
 			return err
 		}
@@ -203,7 +183,7 @@ func (s *server) unsubscribePage(c *gin.Context) error {
 	setTokenPageHeaders(c)
 	answerHTML(c)
 	token := c.Query("token")
-	if _, ok := jobs.ParseUnsubscribeToken(s.secret, token); !ok {
+	if _, ok := tokens.ParseUnsubscribe(s.secret, token); !ok {
 		return errInvalidToken
 	}
 	return s.renderPage(c, http.StatusOK, &pageData{Form: formUnsubscribe, Title: "Unsubscribe", Token: token})
@@ -227,7 +207,7 @@ func (s *server) unsubscribe(c *gin.Context) error {
 	if form.Get("List-Unsubscribe") != "One-Click" {
 		return badRequest("The body must be the form List-Unsubscribe=One-Click (RFC 8058).", nil)
 	}
-	userID, ok := jobs.ParseUnsubscribeToken(s.secret, c.Query("token"))
+	userID, ok := tokens.ParseUnsubscribe(s.secret, c.Query("token"))
 	if !ok {
 		return errInvalidToken
 	}

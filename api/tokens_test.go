@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,16 +14,20 @@ import (
 
 	"github.com/postguard/postguard/db"
 	"github.com/postguard/postguard/db/dbtest"
-	"github.com/postguard/postguard/jobs"
+	"github.com/postguard/postguard/jobs/tokens"
 )
+
+// tokenJobSeq numbers the jobs that insertToken's tokens pretend to come from (one token a job).
+var tokenJobSeq atomic.Int64 //nolint:gochecknoglobals // unique across parallel tests
 
 // insertToken stores raw's hash as a token of purpose for userID, as the email job would.
 func insertToken(t testing.TB, store db.Store, raw string, userID int64, purpose db.TokenPurpose, expiresAt time.Time) {
 	t.Helper()
 	require.NoError(t, store.EmailTokenInsert(t.Context(), &db.EmailTokenInsertParams{
-		TokenHash: jobs.HashToken(raw),
+		TokenHash: tokens.Hash(raw),
 		UserID:    userID,
 		Purpose:   purpose,
+		JobID:     tokenJobSeq.Add(1),
 		ExpiresAt: expiresAt,
 		Now:       time.Now(),
 	}))
@@ -65,7 +70,7 @@ func TestServer_VerifyEmail(t *testing.T) {
 			t.Helper()
 			bundle := setup(t, newStore(t), nil)
 			user := insertUser(t, bundle.store, uniqueEmail("verify"), false)
-			raw := jobs.VerifyToken(testSecret, user.ID*1000+1)
+			raw := tokens.New()
 			insertToken(t, bundle.store, raw, user.ID, db.TokenPurposeVerify, expiresAt)
 			return &bundleWithUser{bundle, user, raw}
 		}
@@ -112,10 +117,10 @@ func TestServer_VerifyEmail(t *testing.T) {
 		t.Run("UnknownOrWrongPurpose", func(t *testing.T) {
 			t.Parallel()
 			b := setupVerify(t, valid())
-			reset := jobs.ResetToken(testSecret, 99)
+			reset := tokens.New()
 			insertToken(t, b.store, reset, b.user.ID, db.TokenPurposeReset, valid())
 
-			for _, token := range []string{reset, jobs.VerifyToken(testSecret, 424242), "not a token!", strings.Repeat("a", maxTokenLen+1)} {
+			for _, token := range []string{reset, tokens.New(), "not a token!", strings.Repeat("a", tokens.Len+1)} {
 				rec := serve(t, b.router, jsonRequest(t, "/v1/auth/verify-email", map[string]string{"token": token}))
 				decodeProblem(t, rec, http.StatusBadRequest)
 			}
@@ -174,7 +179,7 @@ func TestServer_ResetPassword(t *testing.T) {
 			t.Helper()
 			bundle := setup(t, newStore(t), nil)
 			user := insertUser(t, bundle.store, uniqueEmail("reset"), false)
-			raw, other := jobs.ResetToken(testSecret, user.ID*1000+1), jobs.ResetToken(testSecret, user.ID*1000+2)
+			raw, other := tokens.New(), tokens.New()
 			insertToken(t, bundle.store, raw, user.ID, db.TokenPurposeReset, expiresAt)
 			insertToken(t, bundle.store, other, user.ID, db.TokenPurposeReset, time.Now().Add(time.Hour))
 			return &bundleWithUser{bundle, user, raw, other, user.PasswordHash}
@@ -231,7 +236,7 @@ func TestServer_ResetPassword(t *testing.T) {
 		t.Run("VerifyTokenIsNotAResetToken", func(t *testing.T) {
 			t.Parallel()
 			b := setupReset(t, valid())
-			verify := jobs.VerifyToken(testSecret, 7)
+			verify := tokens.New()
 			insertToken(t, b.store, verify, b.user.ID, db.TokenPurposeVerify, valid())
 
 			rec := serve(t, b.router, jsonRequest(t, "/v1/auth/reset-password", map[string]string{"token": verify, "password": newPassword}))
@@ -273,7 +278,7 @@ func TestServer_Unsubscribe(t *testing.T) {
 	dbtest.Engines(t, func(t *testing.T, newStore func(t *testing.T) db.Store) {
 		bundle := setup(t, newStore(t), nil)
 		user := insertUser(t, bundle.store, uniqueEmail("unsub"), false)
-		token := jobs.UnsubscribeToken(testSecret, user.ID)
+		token := tokens.Unsubscribe(testSecret, user.ID)
 		target := "/v1/unsubscribe?token=" + url.QueryEscape(token)
 
 		// The page changes nothing.
@@ -297,15 +302,15 @@ func TestServer_Unsubscribe(t *testing.T) {
 
 		// Multipart alone works for another user.
 		other := insertUser(t, bundle.store, uniqueEmail("unsub"), false)
-		rec = serve(t, bundle.router, multipartRequest(t, "/v1/unsubscribe?token="+jobs.UnsubscribeToken(testSecret, other.ID), oneClick))
+		rec = serve(t, bundle.router, multipartRequest(t, "/v1/unsubscribe?token="+tokens.Unsubscribe(testSecret, other.ID), oneClick))
 		requireHTML(t, rec, http.StatusOK)
 		require.NotNil(t, getUser(t, bundle.store, other.ID).UnsubscribedAt)
 
 		// Forged, foreign, malformed or missing tokens: 400, nothing changes, never a redirect.
 		victim := insertUser(t, bundle.store, uniqueEmail("unsub"), false)
 		for _, forged := range []string{
-			jobs.UnsubscribeToken([]byte("another secret, another deployment!!"), victim.ID),
-			strings.Replace(jobs.UnsubscribeToken(testSecret, user.ID), itoa(user.ID), itoa(victim.ID), 1),
+			tokens.Unsubscribe([]byte("another secret, another deployment!!"), victim.ID),
+			strings.Replace(tokens.Unsubscribe(testSecret, user.ID), itoa(user.ID), itoa(victim.ID), 1),
 			itoa(victim.ID) + ".",
 			"",
 		} {
@@ -318,13 +323,13 @@ func TestServer_Unsubscribe(t *testing.T) {
 		require.Nil(t, getUser(t, bundle.store, victim.ID).UnsubscribedAt)
 
 		// RFC 8058's body is required.
-		victimTarget := "/v1/unsubscribe?token=" + jobs.UnsubscribeToken(testSecret, victim.ID)
+		victimTarget := "/v1/unsubscribe?token=" + tokens.Unsubscribe(testSecret, victim.ID)
 		rec = serve(t, bundle.router, formRequest(victimTarget, url.Values{"List-Unsubscribe": {"Maybe"}}))
 		requireHTML(t, rec, http.StatusBadRequest)
 		require.Nil(t, getUser(t, bundle.store, victim.ID).UnsubscribedAt)
 
 		// A validly signed token of a user who no longer exists has nothing to do: still 200.
-		rec = serve(t, bundle.router, formRequest("/v1/unsubscribe?token="+jobs.UnsubscribeToken(testSecret, 987654321), oneClick))
+		rec = serve(t, bundle.router, formRequest("/v1/unsubscribe?token="+tokens.Unsubscribe(testSecret, 987654321), oneClick))
 		requireHTML(t, rec, http.StatusOK)
 	})
 }

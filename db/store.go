@@ -26,6 +26,10 @@ var (
 	// ErrEmailTaken is returned by UserInsert when the email is already registered.
 	ErrEmailTaken = errors.New("email already registered")
 
+	// ErrExists is returned by an insert whose row exists already (EmailMessageInsert: another
+	// attempt of the job created its message).
+	ErrExists = errors.New("already exists")
+
 	// ErrUnavailable wraps errors that mean the database cannot be reached or cannot serve right
 	// now (a refused or dropped connection, a timeout, a server shutting down or out of
 	// connections): a state that passes, answered 503, not a bug. Each engine decides, at its
@@ -58,6 +62,56 @@ const (
 	TokenPurposeReset  TokenPurpose = "reset"
 )
 
+// Message statuses: an email job's message is queued from its first attempt until the provider
+// accepts it (sent).
+const (
+	EmailStatusQueued = "queued"
+	EmailStatusSent   = "sent"
+)
+
+// EmailMessage is the message row of one email job, created at its first attempt.
+type EmailMessage struct {
+	JobID  int64
+	Kind   string
+	UserID int64
+	// IdempotencyKey is the key every attempt sends under (<kind>:<user_id>:<random>).
+	IdempotencyKey string
+	// KeyCreatedAt is when IdempotencyKey was chosen: the provider forgets a key 24 hours later.
+	KeyCreatedAt time.Time
+	Status       string
+	// ProviderID is the provider's id of the accepted mail; nil until then.
+	ProviderID *string
+	// AcceptedAt is when the provider accepted the mail; nil until then. A later attempt of a job
+	// whose mail was accepted completes without sending.
+	AcceptedAt *time.Time
+	CreatedAt  time.Time
+	UpdatedAt  time.Time
+}
+
+// EmailToken is a stored link token: never the token itself, only its hash and, while its job may
+// still send it, its sealed copy.
+type EmailToken struct {
+	TokenHash []byte
+	UserID    int64
+	Purpose   TokenPurpose
+	JobID     int64
+	// Sealed is the token encrypted for its job's later attempts (jobs/tokens.Sealer); nil once
+	// the provider accepted the mail, or after 24 hours.
+	Sealed    []byte
+	ExpiresAt time.Time
+	UsedAt    *time.Time
+	CreatedAt time.Time
+}
+
+// EmailMessageInsertParams are the fields of a job's new message row.
+type EmailMessageInsertParams struct {
+	JobID          int64
+	Kind           string
+	UserID         int64
+	IdempotencyKey string
+	Now            time.Time
+}
+
 // UserInsertParams are the fields of a new user.
 type UserInsertParams struct {
 	Email        string // normalised
@@ -66,11 +120,13 @@ type UserInsertParams struct {
 	Now          time.Time
 }
 
-// EmailTokenInsertParams stores the SHA-256 of a token a job derived.
+// EmailTokenInsertParams are the stored forms of a job's new token.
 type EmailTokenInsertParams struct {
-	TokenHash []byte
+	TokenHash []byte // SHA-256 of the token
 	UserID    int64
 	Purpose   TokenPurpose
+	JobID     int64
+	Sealed    []byte // the token sealed for the job's later attempts
 	ExpiresAt time.Time
 	Now       time.Time
 }
@@ -99,13 +155,29 @@ type Queries interface {
 	// UserUnsubscribe records an unsubscribe; repeating it is harmless.
 	UserUnsubscribe(ctx context.Context, id int64, now time.Time) error
 
-	// EmailTokenInsert stores a token hash unless it is stored already (the first expiry stays).
+	// EmailTokenInsert stores a job's new token (its hash and sealed copy).
 	EmailTokenInsert(ctx context.Context, params *EmailTokenInsertParams) error
+	// EmailTokenGetByJob finds the token of a job; ErrNotFound when it has none.
+	EmailTokenGetByJob(ctx context.Context, jobID int64) (*EmailToken, error)
+	// EmailTokenDeleteByJob deletes the token of a job (none is fine).
+	EmailTokenDeleteByJob(ctx context.Context, jobID int64) error
+	// EmailTokenEraseSealed erases the sealed copy of a job's token (none is fine).
+	EmailTokenEraseSealed(ctx context.Context, jobID int64) error
 	// EmailTokenConsume marks an unused, unexpired token of the purpose used and returns its user
 	// id; ErrNotFound when the token is unknown, of another purpose, expired or used.
 	EmailTokenConsume(ctx context.Context, tokenHash []byte, purpose TokenPurpose, now time.Time) (int64, error)
 	// EmailTokenInvalidateUser marks all of a user's unused tokens of a purpose used.
 	EmailTokenInvalidateUser(ctx context.Context, userID int64, purpose TokenPurpose, now time.Time) error
+
+	// EmailMessageInsert creates a job's message row; ErrExists when the job has one.
+	EmailMessageInsert(ctx context.Context, params *EmailMessageInsertParams) (*EmailMessage, error)
+	// EmailMessageGetByJob finds a job's message row; ErrNotFound when it has none.
+	EmailMessageGetByJob(ctx context.Context, jobID int64) (*EmailMessage, error)
+	// EmailMessageRekey gives a job's unaccepted message a new idempotency key; ErrNotFound when
+	// there is no such message.
+	EmailMessageRekey(ctx context.Context, jobID int64, idempotencyKey string, now time.Time) error
+	// EmailMessageMarkAccepted records that the provider accepted a job's message, with its id.
+	EmailMessageMarkAccepted(ctx context.Context, jobID int64, providerID string, now time.Time) error
 
 	// JobInsert inserts a River job: inside InTx through InsertTx, so it commits or rolls back
 	// with the transaction's other writes.
@@ -146,6 +218,10 @@ type Store interface {
 	RateLimitCounterDeleteExpired(ctx context.Context, before time.Time, max int) (int64, error)
 	// EmailTokenDeleteExpired deletes up to max tokens that expired before before.
 	EmailTokenDeleteExpired(ctx context.Context, before time.Time, max int) (int64, error)
+	// EmailTokenEraseSealedBefore erases up to max sealed copies of tokens created before before.
+	EmailTokenEraseSealedBefore(ctx context.Context, before time.Time, max int) (int64, error)
+	// EmailMessageDeleteBefore deletes up to max message rows created before before.
+	EmailMessageDeleteBefore(ctx context.Context, before time.Time, max int) (int64, error)
 
 	// SendPacerReserve takes the next send slot of the named budget, one interval after the
 	// previous slot and never before now, and returns it.

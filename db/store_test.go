@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -72,16 +73,21 @@ func TestStore_EmailToken(t *testing.T) {
 			}, ctx
 		}
 
-		tokenInsert := func(ctx context.Context, t *testing.T, bundle *testBundle, raw string, purpose db.TokenPurpose, expiresAt time.Time) {
+		var jobSeq atomic.Int64 // the job each token pretends to come from
+		tokenInsert := func(ctx context.Context, t *testing.T, bundle *testBundle, raw string, purpose db.TokenPurpose, expiresAt time.Time) int64 {
 			t.Helper()
 
+			jobID := jobSeq.Add(1)
 			require.NoError(t, bundle.store.EmailTokenInsert(ctx, &db.EmailTokenInsertParams{
 				ExpiresAt: expiresAt,
+				JobID:     jobID,
 				Now:       now,
 				Purpose:   purpose,
+				Sealed:    []byte("sealed " + raw),
 				TokenHash: tokenHash(raw),
 				UserID:    bundle.user.ID,
 			}))
+			return jobID
 		}
 
 		t.Run("ConsumeConcurrent", func(t *testing.T) {
@@ -186,18 +192,106 @@ func TestStore_EmailToken(t *testing.T) {
 			require.NoError(t, err)
 		})
 
-		t.Run("InsertDuplicateKeepsFirstExpiry", func(t *testing.T) {
+		t.Run("EraseSealed", func(t *testing.T) {
 			t.Parallel()
 
 			bundle, ctx := setup(t)
-			tokenInsert(ctx, t, bundle, "tok", db.TokenPurposeVerify, now.Add(time.Hour))
-			tokenInsert(ctx, t, bundle, "tok", db.TokenPurposeVerify, now.Add(48*time.Hour))
+			jobID := tokenInsert(ctx, t, bundle, "tok", db.TokenPurposeVerify, now.Add(time.Hour))
+			otherJobID := tokenInsert(ctx, t, bundle, "other", db.TokenPurposeVerify, now.Add(time.Hour))
 
-			_, err := bundle.store.EmailTokenConsume(ctx, tokenHash("tok"), db.TokenPurposeVerify, now.Add(2*time.Hour))
-			require.ErrorIs(t, err, db.ErrNotFound)
+			require.NoError(t, bundle.store.EmailTokenEraseSealed(ctx, jobID))
+			require.NoError(t, bundle.store.EmailTokenEraseSealed(ctx, jobID), "erasing twice is harmless")
+			require.NoError(t, bundle.store.EmailTokenEraseSealed(ctx, 999_999), "a job without a token is fine")
 
-			_, err = bundle.store.EmailTokenConsume(ctx, tokenHash("tok"), db.TokenPurposeVerify, now.Add(30*time.Minute))
+			tok, err := bundle.store.EmailTokenGetByJob(ctx, jobID)
 			require.NoError(t, err)
+			require.Nil(t, tok.Sealed)
+			other, err := bundle.store.EmailTokenGetByJob(ctx, otherJobID)
+			require.NoError(t, err)
+			require.Equal(t, []byte("sealed other"), other.Sealed)
+
+			// The token itself still works: only its sealed copy is gone.
+			_, err = bundle.store.EmailTokenConsume(ctx, tokenHash("tok"), db.TokenPurposeVerify, now)
+			require.NoError(t, err)
+		})
+
+		t.Run("EraseSealedBefore", func(t *testing.T) {
+			t.Parallel()
+
+			bundle, ctx := setup(t)
+			var old []int64
+			for i := range 3 {
+				old = append(old, tokenInsert(ctx, t, bundle, fmt.Sprintf("old%d", i), db.TokenPurposeVerify, now.Add(time.Hour)))
+			}
+
+			for _, want := range []int64{2, 1, 0} {
+				erased, err := bundle.store.EmailTokenEraseSealedBefore(ctx, now.Add(time.Microsecond), 2)
+				require.NoError(t, err)
+				require.Equal(t, want, erased)
+			}
+			for _, jobID := range old {
+				tok, err := bundle.store.EmailTokenGetByJob(ctx, jobID)
+				require.NoError(t, err)
+				require.Nil(t, tok.Sealed)
+			}
+
+			young := tokenInsert(ctx, t, bundle, "young", db.TokenPurposeVerify, now.Add(time.Hour))
+			erased, err := bundle.store.EmailTokenEraseSealedBefore(ctx, now, 10)
+			require.NoError(t, err)
+			require.Zero(t, erased, "created at the cutoff: kept")
+			tok, err := bundle.store.EmailTokenGetByJob(ctx, young)
+			require.NoError(t, err)
+			require.NotNil(t, tok.Sealed)
+		})
+
+		t.Run("GetByJob", func(t *testing.T) {
+			t.Parallel()
+
+			bundle, ctx := setup(t)
+			jobID := tokenInsert(ctx, t, bundle, "tok", db.TokenPurposeReset, now.Add(time.Hour))
+
+			tok, err := bundle.store.EmailTokenGetByJob(ctx, jobID)
+			require.NoError(t, err)
+			require.Equal(t, tokenHash("tok"), tok.TokenHash)
+			require.Equal(t, bundle.user.ID, tok.UserID)
+			require.Equal(t, db.TokenPurposeReset, tok.Purpose)
+			require.Equal(t, jobID, tok.JobID)
+			require.Equal(t, []byte("sealed tok"), tok.Sealed)
+			requireTimeEqual(t, now.Add(time.Hour), &tok.ExpiresAt)
+			requireTimeEqual(t, now, &tok.CreatedAt)
+			require.Nil(t, tok.UsedAt)
+
+			_, err = bundle.store.EmailTokenGetByJob(ctx, jobID+1)
+			require.ErrorIs(t, err, db.ErrNotFound)
+		})
+
+		t.Run("DeleteByJob", func(t *testing.T) {
+			t.Parallel()
+
+			bundle, ctx := setup(t)
+			jobID := tokenInsert(ctx, t, bundle, "tok", db.TokenPurposeReset, now.Add(time.Hour))
+			require.NoError(t, bundle.store.EmailTokenDeleteByJob(ctx, jobID))
+			require.NoError(t, bundle.store.EmailTokenDeleteByJob(ctx, jobID), "none left is fine")
+
+			_, err := bundle.store.EmailTokenConsume(ctx, tokenHash("tok"), db.TokenPurposeReset, now)
+			require.ErrorIs(t, err, db.ErrNotFound)
+		})
+
+		t.Run("InsertOneTokenPerJob", func(t *testing.T) {
+			t.Parallel()
+
+			bundle, ctx := setup(t)
+			jobID := tokenInsert(ctx, t, bundle, "tok", db.TokenPurposeVerify, now.Add(time.Hour))
+
+			err := bundle.store.EmailTokenInsert(ctx, &db.EmailTokenInsertParams{
+				ExpiresAt: now.Add(time.Hour),
+				JobID:     jobID,
+				Now:       now,
+				Purpose:   db.TokenPurposeVerify,
+				TokenHash: tokenHash("second"),
+				UserID:    bundle.user.ID,
+			})
+			require.Error(t, err)
 		})
 
 		t.Run("InsertUnknownUser", func(t *testing.T) {
@@ -208,6 +302,7 @@ func TestStore_EmailToken(t *testing.T) {
 			// Foreign keys are enforced (on SQLite, by a pragma the store sets).
 			err := bundle.store.EmailTokenInsert(ctx, &db.EmailTokenInsertParams{
 				ExpiresAt: now.Add(time.Hour),
+				JobID:     1,
 				Now:       now,
 				Purpose:   db.TokenPurposeVerify,
 				TokenHash: tokenHash("tok"),
@@ -227,6 +322,7 @@ func TestStore_EmailToken(t *testing.T) {
 			other := userInsert(ctx, t, bundle.store, "grace@example.com")
 			require.NoError(t, bundle.store.EmailTokenInsert(ctx, &db.EmailTokenInsertParams{
 				ExpiresAt: now.Add(time.Hour),
+				JobID:     1000,
 				Now:       now,
 				Purpose:   db.TokenPurposeVerify,
 				TokenHash: tokenHash("other"),
@@ -242,6 +338,134 @@ func TestStore_EmailToken(t *testing.T) {
 			_, err := bundle.store.EmailTokenConsume(ctx, tokenHash("reset"), db.TokenPurposeReset, now)
 			require.NoError(t, err)
 			_, err = bundle.store.EmailTokenConsume(ctx, tokenHash("other"), db.TokenPurposeVerify, now)
+			require.NoError(t, err)
+		})
+	})
+}
+
+func TestStore_EmailMessage(t *testing.T) {
+	t.Parallel()
+
+	dbtest.Engines(t, func(t *testing.T, newStore func(t *testing.T) db.Store) {
+		insert := func(ctx context.Context, t *testing.T, store db.Store, jobID int64, key string, at time.Time) *db.EmailMessage {
+			t.Helper()
+
+			message, err := store.EmailMessageInsert(ctx, &db.EmailMessageInsertParams{
+				JobID:          jobID,
+				Kind:           "verification_email",
+				UserID:         7,
+				IdempotencyKey: key,
+				Now:            at,
+			})
+			require.NoError(t, err)
+			return message
+		}
+
+		t.Run("InsertAndGet", func(t *testing.T) {
+			t.Parallel()
+
+			ctx, store := t.Context(), newStore(t)
+			inserted := insert(ctx, t, store, 42, "verification_email:7:k1", now)
+
+			got, err := store.EmailMessageGetByJob(ctx, 42)
+			require.NoError(t, err)
+			require.Equal(t, inserted, got)
+			require.Equal(t, int64(42), got.JobID)
+			require.Equal(t, "verification_email", got.Kind)
+			require.Equal(t, int64(7), got.UserID)
+			require.Equal(t, "verification_email:7:k1", got.IdempotencyKey)
+			require.Equal(t, db.EmailStatusQueued, got.Status)
+			requireTimeEqual(t, now, &got.KeyCreatedAt)
+			requireTimeEqual(t, now, &got.CreatedAt)
+			require.Nil(t, got.ProviderID)
+			require.Nil(t, got.AcceptedAt)
+
+			_, err = store.EmailMessageGetByJob(ctx, 43)
+			require.ErrorIs(t, err, db.ErrNotFound)
+		})
+
+		t.Run("InsertTwiceForAJob", func(t *testing.T) {
+			t.Parallel()
+
+			ctx, store := t.Context(), newStore(t)
+			insert(ctx, t, store, 42, "k1", now)
+
+			// Inside a transaction, which stays usable after the refusal.
+			err := store.InTx(ctx, func(ctx context.Context, tx db.Queries) error {
+				_, err := tx.EmailMessageInsert(ctx, &db.EmailMessageInsertParams{JobID: 42, Kind: "welcome_email", UserID: 7, IdempotencyKey: "k2", Now: now})
+				require.ErrorIs(t, err, db.ErrExists)
+				_, err = tx.EmailMessageGetByJob(ctx, 42)
+				return err
+			})
+			require.NoError(t, err)
+
+			got, err := store.EmailMessageGetByJob(ctx, 42)
+			require.NoError(t, err)
+			require.Equal(t, "k1", got.IdempotencyKey, "the first stays")
+		})
+
+		t.Run("KeysAreUnique", func(t *testing.T) {
+			t.Parallel()
+
+			ctx, store := t.Context(), newStore(t)
+			insert(ctx, t, store, 42, "k1", now)
+			_, err := store.EmailMessageInsert(ctx, &db.EmailMessageInsertParams{JobID: 43, Kind: "welcome_email", UserID: 7, IdempotencyKey: "k1", Now: now})
+			require.Error(t, err)
+		})
+
+		t.Run("MarkAccepted", func(t *testing.T) {
+			t.Parallel()
+
+			ctx, store := t.Context(), newStore(t)
+			insert(ctx, t, store, 42, "k1", now)
+
+			require.NoError(t, store.EmailMessageMarkAccepted(ctx, 42, "re_1", now.Add(time.Second)))
+			// A second acceptance (a retry the provider answered idempotently) keeps the first.
+			require.NoError(t, store.EmailMessageMarkAccepted(ctx, 42, "re_2", now.Add(time.Minute)))
+
+			got, err := store.EmailMessageGetByJob(ctx, 42)
+			require.NoError(t, err)
+			require.Equal(t, db.EmailStatusSent, got.Status)
+			require.Equal(t, "re_1", *got.ProviderID)
+			requireTimeEqual(t, now.Add(time.Second), got.AcceptedAt)
+
+			require.ErrorIs(t, store.EmailMessageMarkAccepted(ctx, 43, "re_3", now), db.ErrNotFound)
+		})
+
+		t.Run("Rekey", func(t *testing.T) {
+			t.Parallel()
+
+			ctx, store := t.Context(), newStore(t)
+			insert(ctx, t, store, 42, "k1", now)
+
+			require.NoError(t, store.EmailMessageRekey(ctx, 42, "k2", now.Add(25*time.Hour)))
+			got, err := store.EmailMessageGetByJob(ctx, 42)
+			require.NoError(t, err)
+			require.Equal(t, "k2", got.IdempotencyKey)
+			requireTimeEqual(t, now.Add(25*time.Hour), &got.KeyCreatedAt)
+			requireTimeEqual(t, now, &got.CreatedAt)
+
+			// An accepted message keeps its key.
+			require.NoError(t, store.EmailMessageMarkAccepted(ctx, 42, "re_1", now))
+			require.ErrorIs(t, store.EmailMessageRekey(ctx, 42, "k3", now), db.ErrNotFound)
+			require.ErrorIs(t, store.EmailMessageRekey(ctx, 43, "k4", now), db.ErrNotFound)
+		})
+
+		t.Run("DeleteBefore", func(t *testing.T) {
+			t.Parallel()
+
+			ctx, store := t.Context(), newStore(t)
+			for i := range 3 {
+				insert(ctx, t, store, int64(i+1), fmt.Sprintf("old%d", i), now.Add(-time.Hour))
+			}
+			insert(ctx, t, store, 10, "kept", now)
+
+			for _, want := range []int64{2, 1, 0} {
+				deleted, err := store.EmailMessageDeleteBefore(ctx, now, 2)
+				require.NoError(t, err)
+				require.Equal(t, want, deleted)
+			}
+			_, err := store.EmailMessageGetByJob(ctx, 10)
 			require.NoError(t, err)
 		})
 	})

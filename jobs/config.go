@@ -1,6 +1,7 @@
 // Package jobs holds postguard's River jobs: the transactional emails (welcome, verification,
-// password reset) and the periodic prune, their retry policy, the shared send pacer, the tokens
-// mailed in links, and NewRiverConfig, which assembles the whole River configuration.
+// password reset) and the periodic prune, their retry policy, the shared send pacer, and
+// NewRiverConfig, which assembles the whole River configuration. The tokens mailed in links are
+// jobs/tokens'.
 package jobs
 
 import (
@@ -21,6 +22,7 @@ import (
 
 	"github.com/postguard/postguard/db"
 	"github.com/postguard/postguard/jobs/mail"
+	"github.com/postguard/postguard/jobs/tokens"
 )
 
 // Queues.
@@ -65,7 +67,8 @@ type Deps struct {
 // Config configures the jobs. A zero duration or worker count takes its default (the Default*
 // constants); a negative one is an error naming its environment variable.
 type Config struct {
-	// Secret keys the HMACs of the tokens in mail (APP_SECRET); at least MinSecretLen bytes.
+	// Secret is APP_SECRET, at least MinSecretLen bytes: it keys the unsubscribe links' HMACs and,
+	// through HKDF, the sealing of link tokens while their jobs may resend them.
 	Secret []byte
 	// AppURL is the base of the links in mail (APP_URL), http or https, e.g. https://example.com.
 	AppURL string
@@ -197,12 +200,17 @@ func NewRiverConfig(deps *Deps, config *Config) (*river.Config, error) {
 		}
 	}
 
+	sealer, err := tokens.NewSealer(config.Secret)
+	if err != nil {
+		return nil, err
+	}
 	deliverer := &emailDeliverer{
 		jobTimeout: config.JobTimeout,
 		logger:     logger,
 		metrics:    metrics,
 		nowFunc:    config.NowFunc,
 		pacer:      newPacer(deps.Store, config.MaxRPS),
+		sealer:     sealer,
 		sender:     deps.Sender,
 		store:      deps.Store,
 	}

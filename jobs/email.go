@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"time"
 
 	"github.com/riverqueue/river"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/postguard/postguard/db"
 	"github.com/postguard/postguard/jobs/mail"
+	"github.com/postguard/postguard/jobs/tokens"
 )
 
 const (
@@ -27,7 +27,7 @@ const (
 	IdempotencyKeyLifetime = 24 * time.Hour
 
 	// VerifyTokenTTL and ResetTokenTTL are the lives of the tokens in mail, counted from the first
-	// attempt of the job that mails them.
+	// attempt of the job that mails them (or from its new start, see emailDeliverer.prepare).
 	VerifyTokenTTL = 24 * time.Hour
 	ResetTokenTTL  = time.Hour
 )
@@ -74,17 +74,19 @@ func (l *linkBuilder) resetURL(raw string) string {
 }
 
 func (l *linkBuilder) unsubscribeURL(userID int64) string {
-	return l.appURL + "/v1/unsubscribe?token=" + UnsubscribeToken(l.secret, userID)
+	return l.appURL + "/v1/unsubscribe?token=" + tokens.Unsubscribe(l.secret, userID)
 }
 
-// emailDeliverer is what the three email workers share: the user lookup, the token upsert, the
-// pacing, the send, and the mapping of the provider's answer to River's outcomes.
+// emailDeliverer is what the three email workers share: the user lookup, the message row with
+// its idempotency key and token, the pacing, the send, and the mapping of the provider's answer to
+// River's outcomes.
 type emailDeliverer struct {
 	jobTimeout time.Duration
 	logger     *slog.Logger
 	metrics    *metrics
 	nowFunc    func() time.Time
 	pacer      *pacer
+	sealer     *tokens.Sealer
 	sender     mail.Sender
 	store      db.Store
 }
@@ -119,25 +121,141 @@ func (d *emailDeliverer) user(ctx context.Context, logger *slog.Logger, job *riv
 	return user, nil
 }
 
-// storeToken upserts the hash of a token the job derived. Every attempt does it (the first one
-// stores it, with its expiry counted from then; later ones find it and change nothing), so a
-// retry after a failure between the upsert and the send still mails a valid token.
-func (d *emailDeliverer) storeToken(ctx context.Context, userID int64, raw string, purpose db.TokenPurpose, ttl time.Duration) error {
+// delivery is what every attempt of one email job sends under: its idempotency key and, for
+// verification and reset mail, its link token.
+type delivery struct {
+	key   string
+	token string // "" for a mail without a link token
+	// accepted says the provider accepted the job's mail already (an earlier attempt died before
+	// River heard of it): the job completes without sending.
+	accepted bool
+}
+
+// send is the body of every email worker once it has the job's user: it prepares the job's
+// delivery, renders the mail with its token (render gets "" when purpose is ""), and delivers it.
+func (d *emailDeliverer) send(ctx context.Context, logger *slog.Logger, job *rivertype.JobRow, user *db.User, purpose db.TokenPurpose, ttl time.Duration, render func(token string) (*mail.Message, error)) error {
+	dl, err := d.prepare(ctx, logger, job, user.ID, purpose, ttl)
+	if err != nil {
+		return err
+	}
+	if dl.accepted {
+		logger.InfoContext(ctx, "the provider accepted this job's email in an earlier attempt; not sending again")
+		return nil
+	}
+	msg, err := render(dl.token)
+	if err != nil {
+		return fmt.Errorf("error rendering %s: %w", job.Kind, err)
+	}
+	msg.IdempotencyKey, msg.Kind = dl.key, job.Kind
+	return d.deliver(ctx, logger, job, msg, purpose)
+}
+
+// prepare returns the job's delivery. The first attempt creates it: the job's message row with a
+// random idempotency key and, for a purpose, a random token stored as its hash and its sealed copy,
+// in one transaction. Later attempts read them back, the token unsealed, so that every attempt
+// sends the same bytes under the same key and the provider delivers the mail once.
+//
+// A job whose mail was not accepted starts over, with a new key and a new token, when its key is
+// older than the provider's memory of it (IdempotencyKeyLifetime) or its sealed copy is gone
+// (erased by prune at that age) or does not open (APP_SECRET changed): sending another token
+// under the old key could be refused as another payload, or delivered twice. The old token's life
+// (VerifyTokenTTL, ResetTokenTTL) has passed by then anyway.
+func (d *emailDeliverer) prepare(ctx context.Context, logger *slog.Logger, job *rivertype.JobRow, userID int64, purpose db.TokenPurpose, ttl time.Duration) (*delivery, error) {
 	now := d.nowFunc()
-	if err := d.store.EmailTokenInsert(ctx, &db.EmailTokenInsertParams{
-		TokenHash: HashToken(raw),
-		UserID:    userID,
-		Purpose:   purpose,
-		ExpiresAt: now.Add(ttl),
-		Now:       now,
-	}); err != nil {
-		return fmt.Errorf("error storing %s token: %w", purpose, err)
+	message, err := d.store.EmailMessageGetByJob(ctx, job.ID)
+	switch {
+	case errors.Is(err, db.ErrNotFound):
+		return d.start(ctx, job, userID, purpose, ttl, now, false)
+	case err != nil:
+		return nil, fmt.Errorf("error getting the job's email message: %w", err)
+	case message.AcceptedAt != nil:
+		return &delivery{key: message.IdempotencyKey, accepted: true}, nil
+	case now.Sub(message.KeyCreatedAt) >= IdempotencyKeyLifetime:
+		logger.WarnContext(ctx, "the idempotency key outlived the provider's memory of it; starting over with a new key")
+		return d.start(ctx, job, userID, purpose, ttl, now, true)
+	case purpose == "":
+		return &delivery{key: message.IdempotencyKey}, nil
+	}
+
+	token, err := d.store.EmailTokenGetByJob(ctx, job.ID)
+	if err != nil && !errors.Is(err, db.ErrNotFound) {
+		return nil, fmt.Errorf("error getting the job's token: %w", err)
+	}
+	if err == nil && token.Sealed != nil {
+		raw, err := d.sealer.Open(token.Sealed, job.ID, string(purpose))
+		if err == nil {
+			return &delivery{key: message.IdempotencyKey, token: raw}, nil
+		}
+	}
+	logger.WarnContext(ctx, "the job's sealed token is gone or does not open; starting over with a new key and token")
+	return d.start(ctx, job, userID, purpose, ttl, now, true)
+}
+
+// start creates the job's delivery: a new idempotency key in the job's message row (inserted, or
+// rekeyed when restart is set) and, for a purpose, a new token valid ttl from now, replacing any
+// the job had.
+func (d *emailDeliverer) start(ctx context.Context, job *rivertype.JobRow, userID int64, purpose db.TokenPurpose, ttl time.Duration, now time.Time, restart bool) (*delivery, error) {
+	dl := &delivery{key: tokens.IdempotencyKey(job.Kind, userID)}
+	if purpose != "" {
+		dl.token = tokens.New()
+	}
+	err := d.store.InTx(ctx, func(ctx context.Context, tx db.Queries) error {
+		if restart {
+			if err := tx.EmailMessageRekey(ctx, job.ID, dl.key, now); err != nil {
+				return err
+			}
+		} else if _, err := tx.EmailMessageInsert(ctx, &db.EmailMessageInsertParams{
+			JobID:          job.ID,
+			Kind:           job.Kind,
+			UserID:         userID,
+			IdempotencyKey: dl.key,
+			Now:            now,
+		}); err != nil {
+			return err
+		}
+		if purpose == "" {
+			return nil
+		}
+		if err := tx.EmailTokenDeleteByJob(ctx, job.ID); err != nil {
+			return err
+		}
+		return tx.EmailTokenInsert(ctx, &db.EmailTokenInsertParams{
+			TokenHash: tokens.Hash(dl.token),
+			UserID:    userID,
+			Purpose:   purpose,
+			JobID:     job.ID,
+			Sealed:    d.sealer.Seal(dl.token, job.ID, string(purpose)),
+			ExpiresAt: now.Add(ttl),
+			Now:       now,
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("error preparing the job's email: %w", err)
+	}
+	return dl, nil
+}
+
+// markAccepted records that the provider accepted the job's mail, and erases the sealed copy of
+// its token: nothing will send it again.
+func (d *emailDeliverer) markAccepted(ctx context.Context, jobID int64, providerID string, purpose db.TokenPurpose) error {
+	err := d.store.InTx(ctx, func(ctx context.Context, tx db.Queries) error {
+		if err := tx.EmailMessageMarkAccepted(ctx, jobID, providerID, d.nowFunc()); err != nil {
+			return err
+		}
+		if purpose == "" {
+			return nil
+		}
+		return tx.EmailTokenEraseSealed(ctx, jobID)
+	})
+	if err != nil {
+		return fmt.Errorf("error recording the provider's acceptance: %w", err)
 	}
 	return nil
 }
 
-// deliver waits for a send slot, sends msg and maps the result to what River should do.
-func (d *emailDeliverer) deliver(ctx context.Context, logger *slog.Logger, job *rivertype.JobRow, msg *mail.Message) error {
+// deliver waits for a send slot, sends msg, records an acceptance, and maps the result to what
+// River should do.
+func (d *emailDeliverer) deliver(ctx context.Context, logger *slog.Logger, job *rivertype.JobRow, msg *mail.Message, purpose db.TokenPurpose) error {
 	if d.sender == nil {
 		// Not reached in practice: without a sender the email queue is not worked at all.
 		return errors.New("no mailer configured (MAILER=none)")
@@ -148,7 +266,14 @@ func (d *emailDeliverer) deliver(ctx context.Context, logger *slog.Logger, job *
 		return err
 	}
 
-	_, err := d.sender.Send(ctx, msg)
+	providerID, err := d.sender.Send(ctx, msg)
+	if err == nil {
+		if err := d.markAccepted(ctx, job.ID, providerID, purpose); err != nil {
+			// The provider has the mail. The next attempt sends the same bytes under the same key,
+			// which the provider answers without delivering again, and records it then.
+			return d.fail(ctx, logger, job, err)
+		}
+	}
 	return d.result(ctx, logger, job, meta, err)
 }
 
@@ -282,9 +407,4 @@ func (d *emailDeliverer) fail(ctx context.Context, logger *slog.Logger, job *riv
 	logger.WarnContext(ctx, "email send failed", slog.String("outcome", outcome), slog.String("error", err.Error()))
 	d.metrics.delivery(job.Kind, outcome)
 	return err
-}
-
-// idempotencyKey is the provider's idempotency key of a job's mail: <kind>:<user_id>:<job_id>.
-func idempotencyKey(kind string, userID, jobID int64) string {
-	return kind + ":" + strconv.FormatInt(userID, 10) + ":" + strconv.FormatInt(jobID, 10)
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/postguard/postguard/db"
 	"github.com/postguard/postguard/db/dbtest"
 	"github.com/postguard/postguard/jobs/mail/resendfake"
+	"github.com/postguard/postguard/jobs/tokens"
 )
 
 func TestEmailWorkers_ProviderAnswers(t *testing.T) {
@@ -35,8 +36,16 @@ func TestEmailWorkers_ProviderAnswers(t *testing.T) {
 			deliveries := bundle.fake.Deliveries()
 			require.Len(t, deliveries, 1)
 			require.Equal(t, []string{user.Email}, deliveries[0].To)
-			require.Equal(t, "verification_email:"+strconv.FormatInt(user.ID, 10)+":"+strconv.FormatInt(job.ID, 10), deliveries[0].IdempotencyKey)
+			require.Regexp(t, keyPattern("verification_email", user.ID), deliveries[0].IdempotencyKey)
 			require.Equal(t, float64(1), bundle.deliveries(t, "verification_email", OutcomeSent))
+
+			// The job's message row keeps the key, the provider's id and the acceptance.
+			message, err := bundle.store.EmailMessageGetByJob(t.Context(), job.ID)
+			require.NoError(t, err)
+			require.Equal(t, deliveries[0].IdempotencyKey, message.IdempotencyKey)
+			require.Equal(t, db.EmailStatusSent, message.Status)
+			require.Equal(t, deliveries[0].ID, *message.ProviderID)
+			require.NotNil(t, message.AcceptedAt)
 		})
 
 		t.Run("ServerErrorRetriesAfterOneMinute", func(t *testing.T) {
@@ -379,14 +388,14 @@ func TestWelcomeEmailWorker(t *testing.T) {
 			deliveries := bundle.fake.Deliveries()
 			require.Len(t, deliveries, 1)
 			delivery := deliveries[0]
-			unsubscribeURL := testAppURL + "/v1/unsubscribe?token=" + UnsubscribeToken(testSecret, user.ID)
+			unsubscribeURL := testAppURL + "/v1/unsubscribe?token=" + tokens.Unsubscribe(testSecret, user.ID)
 			require.Equal(t, "<"+unsubscribeURL+">", delivery.Headers["List-Unsubscribe"])
 			require.Equal(t, "List-Unsubscribe=One-Click", delivery.Headers["List-Unsubscribe-Post"])
-			require.Equal(t, "welcome:"+strconv.FormatInt(user.ID, 10), delivery.IdempotencyKey)
+			require.Regexp(t, keyPattern("welcome_email", user.ID), delivery.IdempotencyKey)
 			require.Contains(t, delivery.Text, unsubscribeURL)
 
 			_, tok, _ := strings.Cut(unsubscribeURL, "token=")
-			userID, ok := ParseUnsubscribeToken(testSecret, tok)
+			userID, ok := tokens.ParseUnsubscribe(testSecret, tok)
 			require.True(t, ok)
 			require.Equal(t, user.ID, userID)
 
@@ -424,12 +433,11 @@ func TestEmailWorkers_Tokens(t *testing.T) {
 			name    string
 			args    func(userID int64) river.JobArgs
 			purpose db.TokenPurpose
-			token   func(jobID int64) string
 			path    string
 			ttl     time.Duration
 		}{
-			{"Verification", func(id int64) river.JobArgs { return VerificationEmailArgs{UserID: id} }, db.TokenPurposeVerify, func(id int64) string { return VerifyToken(testSecret, id) }, "/v1/auth/verify-email?token=", VerifyTokenTTL},
-			{"PasswordReset", func(id int64) river.JobArgs { return PasswordResetEmailArgs{UserID: id} }, db.TokenPurposeReset, func(id int64) string { return ResetToken(testSecret, id) }, "/v1/auth/reset-password?token=", ResetTokenTTL},
+			{"Verification", func(id int64) river.JobArgs { return VerificationEmailArgs{UserID: id} }, db.TokenPurposeVerify, "/v1/auth/verify-email?token=", VerifyTokenTTL},
+			{"PasswordReset", func(id int64) river.JobArgs { return PasswordResetEmailArgs{UserID: id} }, db.TokenPurposeReset, "/v1/auth/reset-password?token=", ResetTokenTTL},
 		} {
 			t.Run(tt.name, func(t *testing.T) {
 				t.Parallel()
@@ -440,12 +448,20 @@ func TestEmailWorkers_Tokens(t *testing.T) {
 				bundle.start(t)
 				bundle.wait(t, job.ID, river.EventKindJobCompleted)
 
-				raw := tt.token(job.ID)
-				link := testAppURL + tt.path + raw
 				deliveries := bundle.fake.Deliveries()
 				require.Len(t, deliveries, 1)
-				require.Contains(t, deliveries[0].Text, link)
+				raw := linkToken(t, deliveries[0].Text, testAppURL+tt.path)
+				require.True(t, tokens.Plausible(raw), "a random 256-bit token: %q", raw)
 				require.Contains(t, deliveries[0].HTML, raw)
+
+				// The database keeps the token's hash, never the token; its sealed copy is erased
+				// once the provider accepted the mail.
+				stored, err := bundle.store.EmailTokenGetByJob(t.Context(), job.ID)
+				require.NoError(t, err)
+				require.Equal(t, tokens.Hash(raw), stored.TokenHash)
+				require.Nil(t, stored.Sealed, "sealed copy erased after delivery")
+				require.Equal(t, tt.purpose, stored.Purpose)
+				require.NotContains(t, string(stored.TokenHash), raw)
 
 				// The token is not in the job's args, metadata or errors, nor in any log line.
 				row := bundle.job(t, job.ID)
@@ -468,12 +484,12 @@ func TestEmailWorkers_Tokens(t *testing.T) {
 				if tt.purpose == db.TokenPurposeReset {
 					other = db.TokenPurposeVerify
 				}
-				_, err := bundle.store.EmailTokenConsume(t.Context(), HashToken(raw), other, time.Now())
+				_, err = bundle.store.EmailTokenConsume(t.Context(), tokens.Hash(raw), other, time.Now())
 				require.ErrorIs(t, err, db.ErrNotFound)
 				// Expired after its TTL.
-				_, err = bundle.store.EmailTokenConsume(t.Context(), HashToken(raw), tt.purpose, time.Now().Add(tt.ttl+time.Minute))
+				_, err = bundle.store.EmailTokenConsume(t.Context(), tokens.Hash(raw), tt.purpose, time.Now().Add(tt.ttl+time.Minute))
 				require.ErrorIs(t, err, db.ErrNotFound)
-				userID, err := bundle.store.EmailTokenConsume(t.Context(), HashToken(raw), tt.purpose, time.Now())
+				userID, err := bundle.store.EmailTokenConsume(t.Context(), tokens.Hash(raw), tt.purpose, time.Now())
 				require.NoError(t, err)
 				require.Equal(t, user.ID, userID)
 			})

@@ -5,7 +5,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"regexp"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -21,6 +23,9 @@ import (
 	"github.com/postguard/postguard/jobs/mail"
 	"github.com/postguard/postguard/jobs/mail/resendfake"
 )
+
+// testSecret is APP_SECRET in the jobs' tests.
+var testSecret = []byte("a test secret of at least 32 bytes") //nolint:gochecknoglobals // a constant []byte
 
 const (
 	testAppURL = "https://app.example.com"
@@ -278,6 +283,20 @@ func createUser(t *testing.T, store db.Store) *db.User {
 	})
 	require.NoError(t, err)
 	return user
+}
+
+// keyPattern is the form of every idempotency key: <kind>:<user_id>:<128 random bits, hex>.
+func keyPattern(kind string, userID int64) *regexp.Regexp {
+	return regexp.MustCompile(`^` + kind + `:` + strconv.FormatInt(userID, 10) + `:[0-9a-f]{32}$`)
+}
+
+// linkToken returns the token of the first link in text that starts with prefix.
+func linkToken(t *testing.T, text, prefix string) string {
+	t.Helper()
+
+	match := regexp.MustCompile(regexp.QuoteMeta(prefix) + `([A-Za-z0-9_-]+)`).FindStringSubmatch(text)
+	require.NotNil(t, match, "no link %s… in:\n%s", prefix, text)
+	return match[1]
 }
 
 // atomicOnce reports true to the first caller of do only.

@@ -2,7 +2,6 @@ package jobs
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/riverqueue/river"
 
@@ -11,7 +10,7 @@ import (
 )
 
 // PasswordResetEmailArgs are the args of the password reset job, inserted by forgot-password.
-// Only the user id: the token is derived from the job's id by the worker.
+// Only the user id: the worker makes the token at the job's first attempt.
 type PasswordResetEmailArgs struct {
 	UserID int64 `json:"user_id"`
 }
@@ -25,8 +24,8 @@ func (PasswordResetEmailArgs) InsertOpts() river.InsertOpts {
 	return emailInFlightUniqueInsertOpts()
 }
 
-// PasswordResetEmailWorker mails a link carrying ResetToken(secret, job id), valid ResetTokenTTL
-// from the job's first attempt.
+// PasswordResetEmailWorker mails a link carrying a random token, valid ResetTokenTTL from the
+// job's first attempt; every attempt mails the same token under the same idempotency key.
 type PasswordResetEmailWorker struct {
 	river.WorkerDefaults[PasswordResetEmailArgs]
 
@@ -43,26 +42,12 @@ func (w *PasswordResetEmailWorker) Work(ctx context.Context, job *river.Job[Pass
 		return err
 	}
 
-	raw := ResetToken(w.links.secret, job.ID)
-	if err := w.deliverer.storeToken(ctx, user.ID, raw, db.TokenPurposeReset, ResetTokenTTL); err != nil {
-		return err
-	}
-
-	subject, html, text, err := mail.RenderPasswordReset(&mail.PasswordResetData{
-		Name:      user.Name,
-		ResetURL:  w.links.resetURL(raw),
-		ExpiresIn: ResetTokenTTL,
-	})
-	if err != nil {
-		return fmt.Errorf("error rendering password reset email: %w", err)
-	}
-
-	return w.deliverer.deliver(ctx, logger, job.JobRow, &mail.Message{
-		To:             user.Email,
-		Subject:        subject,
-		HTML:           html,
-		Text:           text,
-		IdempotencyKey: idempotencyKey(job.Kind, user.ID, job.ID),
-		Kind:           job.Kind,
+	return w.deliverer.send(ctx, logger, job.JobRow, user, db.TokenPurposeReset, ResetTokenTTL, func(token string) (*mail.Message, error) {
+		subject, html, text, err := mail.RenderPasswordReset(&mail.PasswordResetData{
+			Name:      user.Name,
+			ResetURL:  w.links.resetURL(token),
+			ExpiresIn: ResetTokenTTL,
+		})
+		return &mail.Message{To: user.Email, Subject: subject, HTML: html, Text: text}, err
 	})
 }

@@ -60,8 +60,9 @@ func finishedStates() []rivertype.JobState {
 }
 
 // PruneWorker deletes, in bounded batches: rate-limit counters whose window ended more than
-// CounterRetention ago, email tokens that expired more than CounterRetention ago, and finished
-// jobs (completed, cancelled, discarded) finalized more than JobRetention ago. Jobs go through
+// CounterRetention ago, email tokens that expired more than CounterRetention ago, the sealed
+// copies of tokens older than IdempotencyKeyLifetime, email message rows and finished jobs
+// (completed, cancelled, discarded) older than JobRetention. Jobs go through
 // River's public JobList and JobDeleteMany (no SQL on River's tables, whose times SQLite keeps as
 // text). Every delete is idempotent, so two prunes at once only share the work.
 type PruneWorker struct {
@@ -120,6 +121,22 @@ func (w *PruneWorker) Work(ctx context.Context, job *river.Job[PruneArgs]) error
 		return fmt.Errorf("error pruning email tokens: %w", err)
 	}
 
+	// A sealed copy is kept only while its job may send it; past the idempotency key's life a job
+	// starts over with a new token (emailDeliverer.prepare), so an older one is of no use.
+	sealed, err := w.deleteLoop(ctx, func(ctx context.Context) (int64, error) {
+		return w.store.EmailTokenEraseSealedBefore(ctx, now.Add(-IdempotencyKeyLifetime), w.batchSize)
+	})
+	if err != nil {
+		return fmt.Errorf("error erasing old sealed tokens: %w", err)
+	}
+
+	messages, err := w.deleteLoop(ctx, func(ctx context.Context) (int64, error) {
+		return w.store.EmailMessageDeleteBefore(ctx, now.Add(-w.jobRetention), w.batchSize)
+	})
+	if err != nil {
+		return fmt.Errorf("error pruning email messages: %w", err)
+	}
+
 	jobs, err := w.pruneJobs(ctx, now.Add(-w.jobRetention))
 	if err != nil {
 		return fmt.Errorf("error pruning jobs: %w", err)
@@ -128,6 +145,8 @@ func (w *PruneWorker) Work(ctx context.Context, job *river.Job[PruneArgs]) error
 	logger.InfoContext(ctx, "prune done",
 		slog.Int64("counters_deleted", counters),
 		slog.Int64("tokens_deleted", tokens),
+		slog.Int64("sealed_tokens_erased", sealed),
+		slog.Int64("messages_deleted", messages),
 		slog.Int64("jobs_deleted", jobs),
 	)
 	return nil

@@ -15,6 +15,7 @@ import (
 	"github.com/postguard/postguard/db"
 	"github.com/postguard/postguard/db/dbtest"
 	"github.com/postguard/postguard/jobs/mail/resendfake"
+	"github.com/postguard/postguard/jobs/tokens"
 )
 
 func TestPruneWorker_Work(t *testing.T) {
@@ -94,22 +95,38 @@ func TestPruneWorker_Work(t *testing.T) {
 				require.Equal(t, int64(1), consume(i, end))
 			}
 
-			// Tokens: one expired past retention, one expired within it.
-			oldToken, keptToken := HashToken("old token"), HashToken("kept token")
-			for _, tok := range []struct {
+			// Tokens: one expired past retention, one expired within it. Sealed copies: one of a
+			// token older than the idempotency key's life, one younger.
+			oldToken, keptToken := tokens.Hash("old token"), tokens.Hash("kept token")
+			oldSealed, youngSealed := tokens.Hash("old sealed"), tokens.Hash("young sealed")
+			for i, tok := range []struct {
 				hash      []byte
+				createdAt time.Time
 				expiresAt time.Time
 			}{
-				{oldToken, counterCutoff.Add(-time.Minute)},
-				{keptToken, counterCutoff.Add(time.Minute)},
+				{oldToken, counterCutoff.Add(-25 * time.Hour), counterCutoff.Add(-time.Minute)},
+				{keptToken, counterCutoff.Add(-23 * time.Hour), counterCutoff.Add(time.Minute)},
+				{oldSealed, now.Add(-IdempotencyKeyLifetime - time.Minute), now.Add(time.Hour)},
+				{youngSealed, now.Add(-IdempotencyKeyLifetime + time.Minute), now.Add(time.Hour)},
 			} {
 				require.NoError(t, store.EmailTokenInsert(ctx, &db.EmailTokenInsertParams{
 					TokenHash: tok.hash,
 					UserID:    user.ID,
 					Purpose:   db.TokenPurposeVerify,
+					JobID:     int64(1000 + i),
+					Sealed:    []byte("sealed"),
 					ExpiresAt: tok.expiresAt,
-					Now:       tok.expiresAt.Add(-24 * time.Hour),
+					Now:       tok.createdAt,
 				}))
+			}
+
+			// Message rows: one older than JOB_RETENTION, one younger.
+			for i, createdAt := range []time.Time{cutoff.Add(-time.Minute), cutoff.Add(time.Minute)} {
+				_, err := store.EmailMessageInsert(ctx, &db.EmailMessageInsertParams{
+					JobID: int64(2000 + i), Kind: "welcome_email", UserID: user.ID,
+					IdempotencyKey: tokens.IdempotencyKey("welcome_email", user.ID), Now: createdAt,
+				})
+				require.NoError(t, err)
 			}
 
 			config := bundle.config.withDefaults()
@@ -145,6 +162,16 @@ func TestPruneWorker_Work(t *testing.T) {
 
 			_, err := store.EmailTokenConsume(ctx, oldToken, db.TokenPurposeVerify, counterCutoff.Add(-2*time.Minute))
 			require.ErrorIs(t, err, db.ErrNotFound)
+
+			for jobID, wantSealed := range map[int64]bool{1002: false, 1003: true} {
+				tok, err := store.EmailTokenGetByJob(ctx, jobID)
+				require.NoError(t, err)
+				require.Equal(t, wantSealed, tok.Sealed != nil, "token of job %d", jobID)
+			}
+			_, err = store.EmailMessageGetByJob(ctx, 2000)
+			require.ErrorIs(t, err, db.ErrNotFound)
+			_, err = store.EmailMessageGetByJob(ctx, 2001)
+			require.NoError(t, err)
 			userID, err := store.EmailTokenConsume(ctx, keptToken, db.TokenPurposeVerify, counterCutoff)
 			require.NoError(t, err)
 			require.Equal(t, user.ID, userID)

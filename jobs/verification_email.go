@@ -2,7 +2,6 @@ package jobs
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/riverqueue/river"
 
@@ -11,7 +10,7 @@ import (
 )
 
 // VerificationEmailArgs are the args of the email verification job, inserted at registration and
-// by resend-verification. Only the user id: the token is derived from the job's id by the worker.
+// by resend-verification. Only the user id: the worker makes the token at the job's first attempt.
 type VerificationEmailArgs struct {
 	UserID int64 `json:"user_id"`
 }
@@ -26,8 +25,8 @@ func (VerificationEmailArgs) InsertOpts() river.InsertOpts {
 	return emailInFlightUniqueInsertOpts()
 }
 
-// VerificationEmailWorker mails a link carrying VerifyToken(secret, job id), valid VerifyTokenTTL
-// from the job's first attempt.
+// VerificationEmailWorker mails a link carrying a random token, valid VerifyTokenTTL from the
+// job's first attempt; every attempt mails the same token under the same idempotency key.
 type VerificationEmailWorker struct {
 	river.WorkerDefaults[VerificationEmailArgs]
 
@@ -44,27 +43,13 @@ func (w *VerificationEmailWorker) Work(ctx context.Context, job *river.Job[Verif
 		return err
 	}
 
-	raw := VerifyToken(w.links.secret, job.ID)
-	if err := w.deliverer.storeToken(ctx, user.ID, raw, db.TokenPurposeVerify, VerifyTokenTTL); err != nil {
-		return err
-	}
-
-	subject, html, text, err := mail.RenderVerification(&mail.VerificationData{
-		Name:      user.Name,
-		VerifyURL: w.links.verifyURL(raw),
-		ExpiresIn: VerifyTokenTTL,
-	})
-	if err != nil {
-		return fmt.Errorf("error rendering verification email: %w", err)
-	}
-
-	return w.deliverer.deliver(ctx, logger, job.JobRow, &mail.Message{
-		To:             user.Email,
-		Subject:        subject,
-		HTML:           html,
-		Text:           text,
-		IdempotencyKey: idempotencyKey(job.Kind, user.ID, job.ID),
-		Kind:           job.Kind,
+	return w.deliverer.send(ctx, logger, job.JobRow, user, db.TokenPurposeVerify, VerifyTokenTTL, func(token string) (*mail.Message, error) {
+		subject, html, text, err := mail.RenderVerification(&mail.VerificationData{
+			Name:      user.Name,
+			VerifyURL: w.links.verifyURL(token),
+			ExpiresIn: VerifyTokenTTL,
+		})
+		return &mail.Message{To: user.Email, Subject: subject, HTML: html, Text: text}, err
 	})
 }
 

@@ -2,8 +2,6 @@ package jobs
 
 import (
 	"context"
-	"fmt"
-	"strconv"
 
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
@@ -21,8 +19,7 @@ type WelcomeEmailArgs struct {
 func (WelcomeEmailArgs) Kind() string { return "welcome_email" }
 
 // InsertOpts implements river.JobArgsWithInsertOpts: queue email, EmailMaxAttempts, and unique by
-// args in every state, so a user gets one welcome job for as long as finished jobs are kept
-// (the seed's idempotency key welcome:<user_id>).
+// args in every state, so a user gets one welcome job for as long as finished jobs are kept.
 func (WelcomeEmailArgs) InsertOpts() river.InsertOpts {
 	return river.InsertOpts{
 		MaxAttempts: EmailMaxAttempts,
@@ -58,26 +55,21 @@ func (w *WelcomeEmailWorker) Work(ctx context.Context, job *river.Job[WelcomeEma
 	}
 
 	unsubscribeURL := w.links.unsubscribeURL(user.ID)
-	subject, html, text, err := mail.RenderWelcome(&mail.WelcomeData{
-		Name:           user.Name,
-		AppURL:         w.links.appURL,
-		UnsubscribeURL: unsubscribeURL,
-	})
-	if err != nil {
-		return fmt.Errorf("error rendering welcome email: %w", err)
-	}
-
-	return w.deliverer.deliver(ctx, logger, job.JobRow, &mail.Message{
-		To:      user.Email,
-		Subject: subject,
-		HTML:    html,
-		Text:    text,
-		Headers: map[string]string{
-			"List-Unsubscribe":      "<" + unsubscribeURL + ">",
-			"List-Unsubscribe-Post": "List-Unsubscribe=One-Click",
-		},
-		// The seed's key: one welcome per user, whichever job sends it.
-		IdempotencyKey: "welcome:" + strconv.FormatInt(user.ID, 10),
-		Kind:           job.Kind,
+	return w.deliverer.send(ctx, logger, job.JobRow, user, "", 0, func(string) (*mail.Message, error) {
+		subject, html, text, err := mail.RenderWelcome(&mail.WelcomeData{
+			Name:           user.Name,
+			AppURL:         w.links.appURL,
+			UnsubscribeURL: unsubscribeURL,
+		})
+		return &mail.Message{
+			To:      user.Email,
+			Subject: subject,
+			HTML:    html,
+			Text:    text,
+			Headers: map[string]string{
+				"List-Unsubscribe":      "<" + unsubscribeURL + ">",
+				"List-Unsubscribe-Post": "List-Unsubscribe=One-Click",
+			},
+		}, err
 	})
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"maps"
 	"os/exec"
+	"strconv"
 	"sync"
 	"syscall"
 	"testing"
@@ -66,9 +67,9 @@ func resendEnv(databaseURL string, fake *resendfake.Server) map[string]string {
 // TestWorker_KillAfterSend kills a worker process with SIGKILL after the provider received its
 // POST but before the answer came back: the ambiguous failure that idempotency keys exist for.
 // River's rescuer retries the job once it has been running JOB_RESCUE_AFTER, and the second
-// attempt sends the same request again (same Idempotency-Key, same body bytes: the token in the
-// link is derived from the job id, not drawn at random), so the provider delivers the email
-// once.
+// attempt sends the same request again (same Idempotency-Key, same body bytes: the key and the
+// random token were stored at the first attempt, the token sealed, and are read back), so the
+// provider delivers the email once.
 //
 // Timing: River's rescuer runs only on the leader, on start and every 30 s (its interval is not
 // configurable through river.Config). The killed worker was the leader, and its lease (15 s)
@@ -152,7 +153,7 @@ func TestWorker_KillAfterSend(t *testing.T) {
 	requests := fake.Requests()
 	require.Len(t, requests, 2, "the dead worker's request and the rescued attempt's")
 	key := requests[0].Header.Get("Idempotency-Key")
-	require.NotEmpty(t, key)
+	require.Regexp(t, `^verification_email:`+strconv.FormatInt(user.ID, 10)+`:[0-9a-f]{32}$`, key)
 	require.Equal(t, key, requests[1].Header.Get("Idempotency-Key"), "both attempts send the same Idempotency-Key")
 	require.Equal(t, string(requests[0].Body), string(requests[1].Body), "both attempts send the same payload")
 

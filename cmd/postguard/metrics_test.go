@@ -136,7 +136,7 @@ func TestServe_Metrics(t *testing.T) {
 				delivered.count("postguard_email_deliveries_total", verificationSent) == 1
 		}, 10*time.Second, 50*time.Millisecond, "delivery counters did not move")
 		for _, outcome := range []string{"retried", "snoozed", "cancelled", "discarded"} {
-			require.Zero(t, delivered.count("postguard_email_deliveries_total", map[string]string{"outcome": outcome}), outcome)
+			require.Zero(t, delivered.count("postguard_email_deliveries_total", map[string]string{"outcome": outcome}), "%s\n%s", outcome, server.Logs.String())
 		}
 
 		// Queue depth: nothing left to send once both mails went out.

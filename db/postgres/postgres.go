@@ -415,8 +415,10 @@ func (e *executor) EmailTokenConsume(ctx context.Context, tokenHash []byte, purp
 func (e *executor) EmailTokenInsert(ctx context.Context, params *db.EmailTokenInsertParams) error {
 	err := dbsqlc.New().EmailTokenInsert(ctx, e.dbtx, dbsqlc.EmailTokenInsertParams{
 		ExpiresAt: params.ExpiresAt,
+		JobID:     params.JobID,
 		Now:       params.Now,
 		Purpose:   string(params.Purpose),
+		Sealed:    params.Sealed,
 		TokenHash: params.TokenHash,
 		UserID:    params.UserID,
 	})

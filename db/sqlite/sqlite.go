@@ -426,8 +426,10 @@ func (e *executor) EmailTokenConsume(ctx context.Context, tokenHash []byte, purp
 func (e *executor) EmailTokenInsert(ctx context.Context, params *db.EmailTokenInsertParams) error {
 	err := dbsqlc.New().EmailTokenInsert(ctx, e.dbtx, dbsqlc.EmailTokenInsertParams{
 		ExpiresAt: params.ExpiresAt.UnixMicro(),
+		JobID:     params.JobID,
 		Now:       params.Now.UnixMicro(),
 		Purpose:   string(params.Purpose),
+		Sealed:    params.Sealed,
 		TokenHash: params.TokenHash,
 		UserID:    params.UserID,
 	})

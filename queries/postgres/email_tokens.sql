@@ -1,20 +1,55 @@
 -- name: EmailTokenInsert :exec
--- EmailTokenInsert stores a token's hash the first time a job derives it; a retried job finds it
--- there and keeps its original expiry.
+-- EmailTokenInsert stores a job's new token: its hash, for lookups, and its sealed copy, for the
+-- job's later attempts. A job has one token at a time (job_id is unique).
 INSERT INTO email_tokens (
     token_hash,
     user_id,
     purpose,
+    job_id,
+    sealed,
     expires_at,
     created_at
 ) VALUES (
     @token_hash::bytea,
     @user_id::bigint,
     @purpose::text,
+    @job_id::bigint,
+    @sealed::bytea,
     @expires_at::timestamptz,
     @now::timestamptz
-)
-ON CONFLICT (token_hash) DO NOTHING;
+);
+
+-- name: EmailTokenGetByJob :one
+-- EmailTokenGetByJob finds the token a job mails.
+SELECT *
+FROM email_tokens
+WHERE job_id = @job_id::bigint;
+
+-- name: EmailTokenDeleteByJob :execrows
+-- EmailTokenDeleteByJob deletes the token of a job that starts over with a new one.
+DELETE FROM email_tokens
+WHERE job_id = @job_id::bigint;
+
+-- name: EmailTokenEraseSealed :execrows
+-- EmailTokenEraseSealed erases the sealed copy of a job's token once the provider accepted its
+-- mail: nothing will send it again.
+UPDATE email_tokens
+SET sealed = NULL
+WHERE job_id = @job_id::bigint
+    AND sealed IS NOT NULL;
+
+-- name: EmailTokenEraseSealedBefore :execrows
+-- EmailTokenEraseSealedBefore erases up to @max sealed copies of tokens created before @before.
+UPDATE email_tokens
+SET sealed = NULL
+WHERE token_hash IN (
+    SELECT token_hash
+    FROM email_tokens
+    WHERE sealed IS NOT NULL
+        AND created_at < @before::timestamptz
+    LIMIT @max::bigint
+    FOR UPDATE SKIP LOCKED
+);
 
 -- name: EmailTokenConsume :one
 -- EmailTokenConsume marks an unused, unexpired token of the given purpose used and returns its

@@ -35,6 +35,20 @@ func (q *Queries) EmailTokenConsume(ctx context.Context, db DBTX, arg EmailToken
 	return user_id, err
 }
 
+const emailTokenDeleteByJob = `-- name: EmailTokenDeleteByJob :execrows
+DELETE FROM email_tokens
+WHERE job_id = $1::bigint
+`
+
+// EmailTokenDeleteByJob deletes the token of a job that starts over with a new one.
+func (q *Queries) EmailTokenDeleteByJob(ctx context.Context, db DBTX, jobID int64) (int64, error) {
+	result, err := db.Exec(ctx, emailTokenDeleteByJob, jobID)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const emailTokenDeleteExpired = `-- name: EmailTokenDeleteExpired :execrows
 DELETE FROM email_tokens
 WHERE token_hash IN (
@@ -60,38 +74,112 @@ func (q *Queries) EmailTokenDeleteExpired(ctx context.Context, db DBTX, arg Emai
 	return result.RowsAffected(), nil
 }
 
+const emailTokenEraseSealed = `-- name: EmailTokenEraseSealed :execrows
+UPDATE email_tokens
+SET sealed = NULL
+WHERE job_id = $1::bigint
+    AND sealed IS NOT NULL
+`
+
+// EmailTokenEraseSealed erases the sealed copy of a job's token once the provider accepted its
+// mail: nothing will send it again.
+func (q *Queries) EmailTokenEraseSealed(ctx context.Context, db DBTX, jobID int64) (int64, error) {
+	result, err := db.Exec(ctx, emailTokenEraseSealed, jobID)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const emailTokenEraseSealedBefore = `-- name: EmailTokenEraseSealedBefore :execrows
+UPDATE email_tokens
+SET sealed = NULL
+WHERE token_hash IN (
+    SELECT token_hash
+    FROM email_tokens
+    WHERE sealed IS NOT NULL
+        AND created_at < $1::timestamptz
+    LIMIT $2::bigint
+    FOR UPDATE SKIP LOCKED
+)
+`
+
+type EmailTokenEraseSealedBeforeParams struct {
+	Before time.Time
+	Max    int64
+}
+
+// EmailTokenEraseSealedBefore erases up to @max sealed copies of tokens created before @before.
+func (q *Queries) EmailTokenEraseSealedBefore(ctx context.Context, db DBTX, arg EmailTokenEraseSealedBeforeParams) (int64, error) {
+	result, err := db.Exec(ctx, emailTokenEraseSealedBefore, arg.Before, arg.Max)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const emailTokenGetByJob = `-- name: EmailTokenGetByJob :one
+SELECT token_hash, user_id, purpose, expires_at, used_at, created_at, job_id, sealed
+FROM email_tokens
+WHERE job_id = $1::bigint
+`
+
+// EmailTokenGetByJob finds the token a job mails.
+func (q *Queries) EmailTokenGetByJob(ctx context.Context, db DBTX, jobID int64) (*EmailToken, error) {
+	row := db.QueryRow(ctx, emailTokenGetByJob, jobID)
+	var i EmailToken
+	err := row.Scan(
+		&i.TokenHash,
+		&i.UserID,
+		&i.Purpose,
+		&i.ExpiresAt,
+		&i.UsedAt,
+		&i.CreatedAt,
+		&i.JobID,
+		&i.Sealed,
+	)
+	return &i, err
+}
+
 const emailTokenInsert = `-- name: EmailTokenInsert :exec
 INSERT INTO email_tokens (
     token_hash,
     user_id,
     purpose,
+    job_id,
+    sealed,
     expires_at,
     created_at
 ) VALUES (
     $1::bytea,
     $2::bigint,
     $3::text,
-    $4::timestamptz,
-    $5::timestamptz
+    $4::bigint,
+    $5::bytea,
+    $6::timestamptz,
+    $7::timestamptz
 )
-ON CONFLICT (token_hash) DO NOTHING
 `
 
 type EmailTokenInsertParams struct {
 	TokenHash []byte
 	UserID    int64
 	Purpose   string
+	JobID     int64
+	Sealed    []byte
 	ExpiresAt time.Time
 	Now       time.Time
 }
 
-// EmailTokenInsert stores a token's hash the first time a job derives it; a retried job finds it
-// there and keeps its original expiry.
+// EmailTokenInsert stores a job's new token: its hash, for lookups, and its sealed copy, for the
+// job's later attempts. A job has one token at a time (job_id is unique).
 func (q *Queries) EmailTokenInsert(ctx context.Context, db DBTX, arg EmailTokenInsertParams) error {
 	_, err := db.Exec(ctx, emailTokenInsert,
 		arg.TokenHash,
 		arg.UserID,
 		arg.Purpose,
+		arg.JobID,
+		arg.Sealed,
 		arg.ExpiresAt,
 		arg.Now,
 	)

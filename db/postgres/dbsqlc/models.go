@@ -8,6 +8,19 @@ import (
 	"time"
 )
 
+type EmailMessage struct {
+	JobID          int64
+	Kind           string
+	UserID         int64
+	IdempotencyKey string
+	KeyCreatedAt   time.Time
+	Status         string
+	ProviderID     *string
+	AcceptedAt     *time.Time
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
+}
+
 type EmailToken struct {
 	TokenHash []byte
 	UserID    int64
@@ -15,6 +28,8 @@ type EmailToken struct {
 	ExpiresAt time.Time
 	UsedAt    *time.Time
 	CreatedAt time.Time
+	JobID     int64
+	Sealed    []byte
 }
 
 type RateLimitCounter struct {

@@ -9,10 +9,25 @@ type AppSetting struct {
 	Value string
 }
 
+type EmailMessage struct {
+	JobID          int64
+	Kind           string
+	UserID         int64
+	IdempotencyKey string
+	KeyCreatedAt   int64
+	Status         string
+	ProviderID     *string
+	AcceptedAt     *int64
+	CreatedAt      int64
+	UpdatedAt      int64
+}
+
 type EmailToken struct {
 	TokenHash []byte
 	UserID    int64
 	Purpose   string
+	JobID     int64
+	Sealed    []byte
 	ExpiresAt int64
 	UsedAt    *int64
 	CreatedAt int64
