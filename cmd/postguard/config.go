@@ -41,7 +41,7 @@ type config struct {
 	AppURL   string
 
 	// AppSecret is nil on the embedded default when APP_SECRET is unset: the store then keeps a
-	// generated one.
+	// generated one in PATH.secret beside the database.
 	AppSecret []byte
 
 	ResendAPIKey    string
@@ -221,7 +221,7 @@ func (p *envParser) secret(engine string) []byte {
 		p.fail("APP_SECRET", "required on PostgreSQL: at least %d random bytes, e.g. `openssl rand -hex 32`", minSecretLen)
 		return nil
 	case s == "":
-		return nil // the embedded default keeps a generated secret in its database
+		return nil // the embedded default keeps a generated secret beside its database
 	case len(s) < minSecretLen:
 		p.fail("APP_SECRET", "is %d bytes; it must be at least %d (e.g. `openssl rand -hex 32`)", len(s), minSecretLen)
 		return nil

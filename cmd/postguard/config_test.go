@@ -26,7 +26,7 @@ func TestLoadConfig(t *testing.T) {
 		require.Equal(t, "postguard.db", cfg.SQLitePath)
 		require.Equal(t, ":8080", cfg.HTTPAddr)
 		require.Equal(t, "http://localhost:8080", cfg.AppURL)
-		require.Nil(t, cfg.AppSecret, "the embedded default keeps a generated secret in its database")
+		require.Nil(t, cfg.AppSecret, "the embedded default keeps a generated secret beside its database")
 		require.Equal(t, mailerLog, cfg.Mailer)
 		require.Equal(t, 336*time.Hour, cfg.JobRetention)
 		require.Equal(t, 24*time.Hour, cfg.CounterRetention)

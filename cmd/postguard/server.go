@@ -66,7 +66,7 @@ func (c *serverCommand) Run(ctx context.Context, env *commandEnv) error {
 	secret := cfg.AppSecret
 	if cfg.Engine == engineSQLite {
 		// The embedded default needs no set-up: it migrates itself and keeps a generated secret
-		// in its database, so links in mail survive restarts.
+		// beside its database (PATH.secret), so links in mail survive restarts.
 		if err := store.Migrate(ctx); err != nil {
 			return fmt.Errorf("error migrating SQLite database %s: %w", cfg.SQLitePath, err)
 		}

@@ -6,9 +6,7 @@ package sqlite
 import (
 	"cmp"
 	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -31,14 +29,8 @@ import (
 	"github.com/postguard/postguard/db/sqlite/dbsqlc"
 )
 
-// appSecretName is the app_settings row holding the generated APP_SECRET, hex encoded.
-const appSecretName = "app_secret"
-
 // gooseTableExistsSQL says whether goose's version table exists.
 const gooseTableExistsSQL = `SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?)`
-
-// appSecretLen is the size in bytes of a generated APP_SECRET.
-const appSecretLen = 32
 
 // Config configures a Store. The zero value (or nil) is fine.
 type Config struct {
@@ -53,16 +45,20 @@ type Config struct {
 type Store struct {
 	executor // the app's queries on the *sql.DB, each statement committing alone
 
-	client *river.Client[*sql.Tx]
-	db     *sql.DB
-	logger *slog.Logger
+	client     *river.Client[*sql.Tx]
+	db         *sql.DB
+	logger     *slog.Logger
+	secretPath string
 }
 
 var _ db.Store = (*Store)(nil)
 
 // Open opens (creating it if needed) the SQLite database at path, taken verbatim, in WAL mode
-// with a busy timeout, foreign keys on and synchronous=NORMAL (durable in WAL mode except for the
-// last commits before a power loss). Open does not migrate; see Migrate.
+// with a busy timeout, foreign keys on, synchronous=NORMAL (durable in WAL mode except for the
+// last commits before a power loss) and secure_delete on (deleted rows are zeroed, so a copy of
+// the file does not hold what was deleted: used tokens, old counters). The database's files are
+// created with mode 0600, and an older database's files are restricted to it. Open does not
+// migrate; see Migrate.
 func Open(ctx context.Context, path string, config *Config) (*Store, error) {
 	if config == nil {
 		config = &Config{}
@@ -83,9 +79,13 @@ func Open(ctx context.Context, path string, config *Config) (*Store, error) {
 			"busy_timeout(10000)",
 			"foreign_keys(1)",
 			"journal_mode(WAL)",
+			"secure_delete(1)",
 			"synchronous(NORMAL)",
 		},
 		"_txlock": {"immediate"},
+	}
+	if err := restrictFiles(path); err != nil {
+		return nil, err
 	}
 	sqlDB, err := sql.Open("sqlite", path+"?"+params.Encode())
 	if err != nil {
@@ -100,37 +100,12 @@ func Open(ctx context.Context, path string, config *Config) (*Store, error) {
 	}
 
 	store := &Store{
-		db:     sqlDB,
-		logger: cmp.Or(config.Logger, slog.Default()),
+		db:         sqlDB,
+		logger:     cmp.Or(config.Logger, slog.Default()),
+		secretPath: SecretPath(path),
 	}
 	store.executor = executor{dbtx: sqlDB, store: store}
 	return store, nil
-}
-
-// AppSecret returns the APP_SECRET the embedded default keeps in its database, creating a random
-// 32-byte one the first time. When two openers race, the first writer wins and both return its
-// secret.
-func (s *Store) AppSecret(ctx context.Context) ([]byte, error) {
-	secret, err := s.appSecret(ctx)
-	if err == nil {
-		return secret, nil
-	}
-	if !errors.Is(err, db.ErrNotFound) {
-		return nil, err
-	}
-
-	secret = make([]byte, appSecretLen)
-	_, _ = rand.Read(secret) // never fails, per crypto/rand
-
-	if err := dbsqlc.New().AppSettingInsert(ctx, s.db, dbsqlc.AppSettingInsertParams{
-		Name:  appSecretName,
-		Value: hex.EncodeToString(secret),
-	}); err != nil {
-		return nil, fmt.Errorf("error storing app secret: %w", err)
-	}
-
-	// Read back: another writer may have stored its secret first.
-	return s.appSecret(ctx)
 }
 
 // CheckSchema returns an error wrapping db.ErrSchemaBehind, naming what is behind, while any of
@@ -233,9 +208,13 @@ func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx db.Que
 }
 
 // Migrate applies River's migrations (rivermigrate, recorded in river_migration) and then the
-// app's through goose. Within a process the single connection serialises migrations; the
+// app's through goose, after moving a secret that the first version kept in the database out to
+// SecretPath (see AppSecret). Within a process the single connection serialises migrations; the
 // embedded engine has one process per file. Idempotent.
 func (s *Store) Migrate(ctx context.Context) error {
+	if err := s.moveLegacySecret(ctx); err != nil {
+		return err
+	}
 	migrator, err := s.riverMigrator()
 	if err != nil {
 		return err
@@ -326,19 +305,6 @@ func (s *Store) SendPacerReserve(ctx context.Context, name string, interval time
 		return time.Time{}, fmt.Errorf("error reserving send slot: %w", err)
 	}
 	return timeFromMicros(tatUS - intervalUS), nil
-}
-
-func (s *Store) appSecret(ctx context.Context) ([]byte, error) {
-	value, err := dbsqlc.New().AppSettingGet(ctx, s.db, appSecretName)
-	if err != nil {
-		return nil, fmt.Errorf("error reading app secret: %w", interpretError(err))
-	}
-
-	secret, err := hex.DecodeString(value)
-	if err != nil || len(secret) < appSecretLen {
-		return nil, fmt.Errorf("app secret stored in app_settings is not %d hex-encoded bytes", appSecretLen)
-	}
-	return secret, nil
 }
 
 // gooseBehind says how far behind the app's migrations are, or "" when all are applied. Unlike

@@ -1,10 +1,18 @@
 package sqlite_test
 
 import (
+	"bytes"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/pressly/goose/v3"
 	"github.com/riverqueue/river/riverdriver/riversqlite"
 	"github.com/riverqueue/river/rivermigrate"
 	"github.com/stretchr/testify/require"
@@ -41,6 +49,12 @@ func TestStore_AppSecret(t *testing.T) {
 		reopened, err := dbtest.OpenSQLite(t, path).AppSecret(ctx)
 		require.NoError(t, err)
 		require.Equal(t, secret, reopened)
+
+		// It lives beside the database, in PATH.secret, readable by its owner only.
+		data, err := os.ReadFile(sqlite.SecretPath(path))
+		require.NoError(t, err)
+		require.Equal(t, hex.EncodeToString(secret)+"\n", string(data))
+		requireMode0600(t, sqlite.SecretPath(path))
 	})
 
 	t.Run("RandomPerDatabase", func(t *testing.T) {
@@ -54,6 +68,117 @@ func TestStore_AppSecret(t *testing.T) {
 		require.NoError(t, err)
 		require.NotEqual(t, secret1, secret2)
 	})
+
+	// A copy of the database files alone opens nothing: the secret is not in their bytes, and
+	// nobody but their owner may read them.
+	t.Run("NotInTheDatabaseFiles", func(t *testing.T) {
+		t.Parallel()
+
+		ctx := t.Context()
+		path := filepath.Join(t.TempDir(), "postguard.db")
+		store := dbtest.OpenSQLite(t, path)
+		require.NoError(t, store.Migrate(ctx))
+		secret, err := store.AppSecret(ctx)
+		require.NoError(t, err)
+		// Write something, so the WAL holds pages.
+		_, err = store.UserInsert(ctx, &db.UserInsertParams{Email: "ada@example.com", PasswordHash: "h", Now: time.Now()})
+		require.NoError(t, err)
+
+		requireSecretAbsent(t, path, secret)
+		for _, name := range []string{path, path + "-wal", path + "-shm", sqlite.SecretPath(path)} {
+			requireMode0600(t, name)
+		}
+	})
+
+	// A database of the first version kept its generated secret in app_settings, in a file
+	// created 0644: opening and migrating it moves the secret to PATH.secret, erases it from the
+	// database's bytes, and restricts the files.
+	t.Run("MovesLegacySecretOutOfTheDatabase", func(t *testing.T) {
+		t.Parallel()
+
+		ctx := t.Context()
+		path := filepath.Join(t.TempDir(), "postguard.db")
+		legacy := make([]byte, 32)
+		_, _ = rand.Read(legacy)
+		createLegacyDatabase(t, path, legacy)
+		data, err := os.ReadFile(path)
+		require.NoError(t, err)
+		require.True(t, bytes.Contains(data, []byte(hex.EncodeToString(legacy))), "the legacy secret is in the file before")
+
+		store := dbtest.OpenSQLite(t, path)
+		require.NoError(t, store.Migrate(ctx))
+		secret, err := store.AppSecret(ctx)
+		require.NoError(t, err)
+		require.Equal(t, legacy, secret, "the same secret: links and rate-limit keys keep working")
+
+		requireSecretAbsent(t, path, secret)
+		for _, name := range []string{path, path + "-wal", sqlite.SecretPath(path)} {
+			requireMode0600(t, name)
+		}
+		require.NoError(t, store.CheckSchema(ctx))
+	})
+
+	t.Run("LooseSecretFileRefused", func(t *testing.T) {
+		t.Parallel()
+
+		ctx := t.Context()
+		path := filepath.Join(t.TempDir(), "postguard.db")
+		store := dbtest.OpenSQLite(t, path)
+		require.NoError(t, store.Migrate(ctx))
+		_, err := store.AppSecret(ctx)
+		require.NoError(t, err)
+
+		require.NoError(t, os.Chmod(sqlite.SecretPath(path), 0o644))
+		_, err = store.AppSecret(ctx)
+		require.ErrorContains(t, err, sqlite.SecretPath(path))
+		require.ErrorContains(t, err, "chmod 600")
+	})
+}
+
+// createLegacyDatabase makes a database as the first version left it: the app's schema at
+// version 1, its generated secret in app_settings, and the file's mode 0644.
+func createLegacyDatabase(t *testing.T, path string, secret []byte) {
+	t.Helper()
+
+	ctx := t.Context()
+	sqlDB, err := sql.Open("sqlite", path+"?_pragma=journal_mode(WAL)")
+	require.NoError(t, err)
+	defer sqlDB.Close()
+	migrations, err := fs.Sub(db.Migrations, "migrations/sqlite")
+	require.NoError(t, err)
+	provider, err := goose.NewProvider(goose.DialectSQLite3, sqlDB, migrations, goose.WithDisableGlobalRegistry(true))
+	require.NoError(t, err)
+	_, err = provider.UpTo(ctx, 1)
+	require.NoError(t, err)
+	_, err = sqlDB.ExecContext(ctx, `INSERT INTO app_settings (name, value) VALUES ('app_secret', ?)`, hex.EncodeToString(secret))
+	require.NoError(t, err)
+	_, err = sqlDB.ExecContext(ctx, `PRAGMA wal_checkpoint(TRUNCATE)`)
+	require.NoError(t, err)
+	require.NoError(t, os.Chmod(path, 0o644))
+}
+
+// requireSecretAbsent checks that neither the secret nor its hex form is in the bytes of the
+// database file or its WAL.
+func requireSecretAbsent(t *testing.T, path string, secret []byte) {
+	t.Helper()
+
+	for _, name := range []string{path, path + "-wal"} {
+		data, err := os.ReadFile(name)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		require.NoError(t, err)
+		require.False(t, bytes.Contains(data, []byte(hex.EncodeToString(secret))), "%s holds the secret in hex", name)
+		require.False(t, bytes.Contains(data, secret), "%s holds the raw secret", name)
+	}
+}
+
+func requireMode0600(t *testing.T, name string) {
+	t.Helper()
+
+	info, err := os.Stat(name)
+	require.NoError(t, err)
+	require.Equal(t, fs.FileMode(0o600), info.Mode().Perm(), name)
 }
 
 func TestStore_CheckSchema(t *testing.T) {

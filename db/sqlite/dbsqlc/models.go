@@ -4,11 +4,6 @@
 
 package dbsqlc
 
-type AppSetting struct {
-	Name  string
-	Value string
-}
-
 type EmailMessage struct {
 	JobID          int64
 	Kind           string

@@ -1,0 +1,182 @@
+package sqlite
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+)
+
+// secretLen is the size in bytes of a generated APP_SECRET.
+const secretLen = 32
+
+// fileMode is the mode of every file of the embedded database: the database, its WAL and
+// shared-memory files, and the secret beside them. Nobody but the service's user may read them.
+const fileMode fs.FileMode = 0o600
+
+// The first version kept the generated secret in the database itself (app_settings); migration
+// 00003 drops that table once moveLegacySecret has moved the secret out. sqlc's catalog no longer
+// knows the table, hence these hand-written statements.
+//
+//nolint:gosec // G101: SQL that names the table of the legacy secret, not a credential
+const (
+	legacySecretTableSQL  = `SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'app_settings')`
+	legacySecretGetSQL    = `SELECT value FROM app_settings WHERE name = 'app_secret'`
+	legacySecretDeleteSQL = `DELETE FROM app_settings WHERE name = 'app_secret'`
+)
+
+// SecretPath is where the embedded default keeps its generated APP_SECRET: PATH.secret beside the
+// database at PATH, never inside it, so that a copy of the database file alone opens nothing.
+func SecretPath(dbPath string) string { return dbPath + ".secret" }
+
+// AppSecret returns the APP_SECRET of the embedded default, kept in SecretPath (mode 0600) beside
+// the database: read when the file exists, else moved there from a database of the first version,
+// else generated (32 random bytes). When two openers race to create it, the first one's wins and
+// both return it. A secret file that others may read is refused, naming the file.
+func (s *Store) AppSecret(ctx context.Context) ([]byte, error) {
+	if err := s.moveLegacySecret(ctx); err != nil {
+		return nil, err
+	}
+	secret, err := readSecret(s.secretPath)
+	if !errors.Is(err, fs.ErrNotExist) {
+		return secret, err
+	}
+
+	secret = make([]byte, secretLen)
+	_, _ = rand.Read(secret) // never fails, per crypto/rand
+	if err := writeSecret(s.secretPath, secret); err != nil && !errors.Is(err, fs.ErrExist) {
+		return nil, err
+	}
+	// Read back: another opener may have created the file first.
+	return readSecret(s.secretPath)
+}
+
+// moveLegacySecret moves a secret that the first version kept in app_settings to SecretPath, then
+// deletes it from the database so that its bytes are gone from the file: secure_delete zeroes the
+// row, and a truncating checkpoint empties the WAL that held the zeroed page. A secret file that
+// exists already wins (a mismatch is logged). It does nothing on a database without app_settings.
+func (s *Store) moveLegacySecret(ctx context.Context) error {
+	var exists bool
+	if err := s.db.QueryRowContext(ctx, legacySecretTableSQL).Scan(&exists); err != nil {
+		return fmt.Errorf("error looking for a legacy app secret: %w", interpretError(err))
+	}
+	if !exists {
+		return nil
+	}
+	var value string
+	err := s.db.QueryRowContext(ctx, legacySecretGetSQL).Scan(&value)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("error reading the legacy app secret: %w", interpretError(err))
+	}
+
+	legacy, err := hex.DecodeString(value)
+	if err != nil || len(legacy) < secretLen {
+		return fmt.Errorf("the app secret kept in the database (app_settings) is not %d hex-encoded bytes", secretLen)
+	}
+	switch existing, err := readSecret(s.secretPath); {
+	case errors.Is(err, fs.ErrNotExist):
+		if err := writeSecret(s.secretPath, legacy); err != nil && !errors.Is(err, fs.ErrExist) {
+			return err
+		}
+	case err != nil:
+		return err
+	case !bytes.Equal(existing, legacy):
+		s.logger.WarnContext(ctx, "the database held another app secret than its secret file; keeping the file's",
+			slog.String("file", s.secretPath))
+	}
+
+	if _, err := s.db.ExecContext(ctx, legacySecretDeleteSQL); err != nil {
+		return fmt.Errorf("error deleting the legacy app secret from the database: %w", interpretError(err))
+	}
+	if _, err := s.db.ExecContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)"); err != nil {
+		return fmt.Errorf("error checkpointing after deleting the legacy app secret: %w", interpretError(err))
+	}
+	s.logger.InfoContext(ctx, "moved the generated app secret out of the database", slog.String("file", s.secretPath))
+	return nil
+}
+
+// readSecret reads a secret file: hex, one line.
+func readSecret(path string) ([]byte, error) {
+	info, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("error reading the app secret file: %w", err)
+	}
+	if perm := info.Mode().Perm(); perm&^fileMode != 0 {
+		return nil, fmt.Errorf("the app secret file %s has mode %#o, open to other users: run `chmod 600 %s`", path, perm, path)
+	}
+	data, err := os.ReadFile(path) //nolint:gosec // G304: the path is the operator's DATABASE_URL
+	if err != nil {
+		return nil, fmt.Errorf("error reading the app secret file: %w", err)
+	}
+	secret, err := hex.DecodeString(string(bytes.TrimSpace(data)))
+	if err != nil || len(secret) < secretLen {
+		return nil, fmt.Errorf("the app secret file %s does not hold %d hex-encoded bytes", path, secretLen)
+	}
+	return secret, nil
+}
+
+// writeSecret creates the secret file with mode 0600, whole or not at all: it writes a temporary
+// file, syncs it, and links it into place, which fails with fs.ErrExist when the file exists.
+func writeSecret(path string, secret []byte) error {
+	dir := filepath.Dir(path)
+	tmp, err := os.CreateTemp(dir, filepath.Base(path)+".tmp-*") // mode 0600
+	if err != nil {
+		return fmt.Errorf("error creating the app secret file: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+
+	_, err = tmp.WriteString(hex.EncodeToString(secret) + "\n")
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if closeErr := tmp.Close(); err == nil {
+		err = closeErr
+	}
+	if err != nil {
+		return fmt.Errorf("error writing the app secret file: %w", err)
+	}
+	if err := os.Link(tmp.Name(), path); err != nil {
+		return fmt.Errorf("error creating the app secret file: %w", err)
+	}
+	if d, err := os.Open(dir); err == nil { //nolint:gosec // G304: the database's own directory
+		_ = d.Sync() // the new name survives a power loss
+		_ = d.Close()
+	}
+	return nil
+}
+
+// restrictFiles creates the database file with mode 0600 when it does not exist (SQLite then
+// gives its WAL and shared-memory files the same mode), and takes away what others may do with
+// the files of a database created before, more open.
+func restrictFiles(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, fileMode) //nolint:gosec // G304: the operator's DATABASE_URL
+	if err != nil {
+		return fmt.Errorf("error opening SQLite database %q: %w", path, err)
+	}
+	_ = f.Close()
+	for _, name := range []string{path, path + "-wal", path + "-shm"} {
+		info, err := os.Stat(name)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("error checking the mode of %s: %w", name, err)
+		}
+		if info.Mode().Perm()&^fileMode != 0 {
+			if err := os.Chmod(name, fileMode); err != nil {
+				return fmt.Errorf("error restricting the mode of %s to 0600: %w", name, err)
+			}
+		}
+	}
+	return nil
+}
