@@ -148,7 +148,7 @@ func TestEmailWorkers_Delivery(t *testing.T) {
 
 			bundle.start(t)
 			bundle.wait(t, job.ID, river.EventKindJobCompleted)
-			require.Empty(t, bundle.fake.Requests())
+			require.Zero(t, len(bundle.fake.Requests()), "no send")
 			require.Contains(t, bundle.logs.String(), "not sending again")
 		})
 	})
