@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -16,14 +15,12 @@ import (
 
 	"github.com/postguard/postguard/db"
 	"github.com/postguard/postguard/db/dbtest"
-	"github.com/postguard/postguard/db/postgres"
-	"github.com/postguard/postguard/db/sqlite"
 )
 
 func TestServer_Health(t *testing.T) {
 	t.Parallel()
 
-	dbtest.Engines(t, func(t *testing.T, newStore func(t *testing.T) db.Store) {
+	dbtest.Engines(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
 		t.Run("Up", func(t *testing.T) {
 			t.Parallel()
 			bundle := setup(t, newStore(t), nil)
@@ -64,13 +61,11 @@ func TestServer_Health(t *testing.T) {
 func closedStore(t *testing.T, engine string) db.Store {
 	t.Helper()
 	var store db.Store
-	var err error
 	if engine == "postgres" {
-		store, err = postgres.New(t.Context(), dbtest.PostgresURL(t), nil)
+		store = dbtest.NewPostgres(t)
 	} else {
-		store, err = sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "closed.db"), nil)
+		store = dbtest.NewSQLite(t)
 	}
-	require.NoError(t, err)
 	require.NoError(t, store.Ping(t.Context()))
 	require.NoError(t, store.Close())
 	return store

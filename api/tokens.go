@@ -76,7 +76,7 @@ func (s *server) verifyEmail(c *gin.Context) error {
 		return errInvalidToken
 	}
 
-	err = s.store.InTx(c.Request.Context(), func(ctx context.Context, tx db.Queries) error {
+	err = s.store.InTx(c.Request.Context(), func(ctx context.Context, tx db.Tx) error {
 		now := s.now()
 		userID, err := tx.EmailTokenConsume(ctx, tokens.Hash(token), db.TokenPurposeVerify, now)
 		if err != nil {
@@ -149,7 +149,7 @@ func (s *server) resetPassword(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
-	err = s.store.InTx(ctx, func(ctx context.Context, tx db.Queries) error {
+	err = s.store.InTx(ctx, func(ctx context.Context, tx db.Tx) error {
 		now := s.now()
 		userID, err := tx.EmailTokenConsume(ctx, tokens.Hash(req.Token), db.TokenPurposeReset, now)
 		if err != nil {

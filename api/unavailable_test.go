@@ -50,7 +50,7 @@ func (s *unreachableStore) RateLimitCounterConsume(context.Context, *db.RateLimi
 // stalledStore is a store whose transactions never answer: InTx waits for its context.
 type stalledStore struct{ db.Store }
 
-func (s *stalledStore) InTx(ctx context.Context, _ func(ctx context.Context, tx db.Queries) error) error {
+func (s *stalledStore) InTx(ctx context.Context, _ func(ctx context.Context, tx db.Tx) error) error {
 	<-ctx.Done()
 	return fmt.Errorf("error beginning transaction: %w", ctx.Err())
 }

@@ -8,7 +8,6 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/require"
 
-	"github.com/postguard/postguard/db"
 	"github.com/postguard/postguard/db/dbtest"
 )
 
@@ -23,7 +22,7 @@ func TestPacer_Interval(t *testing.T) {
 func TestEmailWorkers_Pacing(t *testing.T) {
 	t.Parallel()
 
-	dbtest.Engines(t, func(t *testing.T, newStore func(t *testing.T) db.Store) {
+	dbtest.Engines(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
 		t.Run("SpacesSendsAcrossWorkers", func(t *testing.T) {
 			t.Parallel()
 
@@ -31,7 +30,7 @@ func TestEmailWorkers_Pacing(t *testing.T) {
 				sends  = 10
 				maxRPS = 50.0
 			)
-			bundle := setupWorker(t, newStore(t), &workerOpts{configure: func(config *Config) {
+			bundle := newClientBundle(t, newStore, &clientOpts{configure: func(config *Config) {
 				config.EmailWorkers = sends // all at once, were it not for the pacer
 				config.MaxRPS = maxRPS
 			}})
@@ -61,7 +60,7 @@ func TestEmailWorkers_Pacing(t *testing.T) {
 			t.Parallel()
 
 			const sends = 3
-			bundle := setupWorker(t, newStore(t), &workerOpts{configure: func(config *Config) {
+			bundle := newClientBundle(t, newStore, &clientOpts{configure: func(config *Config) {
 				config.EmailWorkers = sends
 				config.MaxRPS = 1 // a slot every 1.05s
 				config.JobTimeout = time.Second

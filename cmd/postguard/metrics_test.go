@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
 
+	"github.com/postguard/postguard/cmd/internal/service"
 	"github.com/postguard/postguard/jobs/mail/resendfake"
 )
 
@@ -98,7 +99,7 @@ func TestServe_Metrics(t *testing.T) {
 		env["JOB_FETCH_COOLDOWN"] = "10ms"
 		env["JOB_FETCH_POLL_INTERVAL"] = "50ms"
 		env["RATE_LIMIT_REGISTER_IP"] = "1/1m" // the second registration from this IP is refused
-		server := startServer(t, roleServe, env)
+		server := startServer(t, service.RoleServe, env)
 
 		registerIPRefused := map[string]string{"action": "register", "scope": "ip", "outcome": "refused"}
 		registerIPAllowed := map[string]string{"action": "register", "scope": "ip", "outcome": "allowed"}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/postguard/postguard/cmd/internal/service"
 	"github.com/postguard/postguard/db/dbtest"
 )
 
@@ -102,7 +103,7 @@ func TestMigrateScript_Run(t *testing.T) {
 		}
 
 		// The deploy's next step: the service starts on the migrated database and is ready.
-		server := startServer(t, roleServe, map[string]string{"DATABASE_URL": databaseURL, "APP_SECRET": secret})
+		server := startServer(t, service.RoleServe, map[string]string{"DATABASE_URL": databaseURL, "APP_SECRET": secret})
 		resp, body := opsGet(t, server.URL+"/readyz", "", "", nil)
 		require.Equal(t, http.StatusOK, resp.StatusCode, body)
 		require.NoError(t, server.stop(t))
@@ -134,7 +135,7 @@ func TestMigrateScript_Run(t *testing.T) {
 		once := "river\nmigrate-up\n--database-url\n" + databaseURL + "\npostguard migrate\n"
 		require.Equal(t, once+once, string(calls))
 
-		server := startServer(t, roleServe, map[string]string{"DATABASE_URL": databaseURL, "APP_SECRET": secret})
+		server := startServer(t, service.RoleServe, map[string]string{"DATABASE_URL": databaseURL, "APP_SECRET": secret})
 		resp, body := opsGet(t, server.URL+"/readyz", "", "", nil)
 		require.Equal(t, http.StatusOK, resp.StatusCode, body)
 		require.NoError(t, server.stop(t))

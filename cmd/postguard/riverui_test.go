@@ -20,6 +20,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 
+	"github.com/postguard/postguard/cmd/internal/service"
 	"github.com/postguard/postguard/db/dbtest"
 	"github.com/postguard/postguard/jobs/mail/resendfake"
 )
@@ -150,7 +151,7 @@ func TestServe_RiverUI(t *testing.T) {
 		// MAILER=none holds email jobs `available`, where the UI's list finds them.
 		env = opsWithRiverUI(env)
 		env["MAILER"] = "none"
-		server := startServer(t, roleServe, env)
+		server := startServer(t, service.RoleServe, env)
 
 		const email = "grace.hopper@example.com"
 		status, body := opsRegister(t, server.URL, email)
@@ -235,7 +236,7 @@ func TestServe_RiverUI(t *testing.T) {
 	t.Run("NotMountedWhenUnset", func(t *testing.T) {
 		t.Parallel()
 
-		server := startServer(t, roleServe, map[string]string{
+		server := startServer(t, service.RoleServe, map[string]string{
 			"DATABASE_URL": "sqlite://" + filepath.Join(t.TempDir(), "postguard.db"),
 			"MAILER":       "none",
 		})
@@ -256,7 +257,7 @@ func TestServe_RiverUI(t *testing.T) {
 		// River UI refreshes its job counts in the background, every 10s ± 1s. Once `serve`
 		// returned and closed its database, nothing of it may still run (it used to, logging
 		// "Error running query: sql: database is closed" forever).
-		server := startServer(t, roleServe, opsWithRiverUI(map[string]string{
+		server := startServer(t, service.RoleServe, opsWithRiverUI(map[string]string{
 			"DATABASE_URL": "sqlite://" + filepath.Join(t.TempDir(), "postguard.db"),
 			"MAILER":       "none",
 		}))
@@ -280,7 +281,7 @@ func TestServe_RiverUI(t *testing.T) {
 			"RESEND_BASE_URL":   fake.URL(),
 			"RESEND_MAX_RPS":    "0",
 		})
-		server := startServer(t, roleServe, env)
+		server := startServer(t, service.RoleServe, env)
 
 		const email = "ada.lovelace@example.com"
 		status, body := opsRegister(t, server.URL, email)
@@ -360,7 +361,7 @@ func TestServe_RiverUIBrowser(t *testing.T) {
 		"DATABASE_URL": "sqlite://" + filepath.Join(t.TempDir(), "postguard.db"),
 		"MAILER":       "none", // email jobs stay `available`
 	})
-	server := startServer(t, roleServe, env)
+	server := startServer(t, service.RoleServe, env)
 	status, body := opsRegister(t, server.URL, "katherine.johnson@example.com")
 	require.Equal(t, http.StatusCreated, status, body)
 

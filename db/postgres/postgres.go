@@ -1,33 +1,25 @@
-// Package postgres is the Postgres store: the app's sqlc queries over a pgx pool, River's
-// riverpgxv5 driver on the same pool, and the schema migrations of both.
+// Package postgres is the PostgreSQL engine of db: a pgx pool with River's riverpgxv5 driver on
+// it, a second pool whose connections commit without waiting for their WAL flush (the rate
+// limiter's counters), and the app's sqlc queries (dbsqlc) over both, with their errors
+// converted to db's. db.NewStore builds the Store on it.
 package postgres
 
 import (
 	"cmp"
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
-	"io"
-	"io/fs"
 	"log/slog"
-	"net"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/database"
-	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
-	"github.com/riverqueue/river/rivermigrate"
-	"github.com/riverqueue/river/rivertype"
-	"riverqueue.com/riverui"
-	"riverqueue.com/riverui/uiendpoints"
 
 	"github.com/postguard/postguard/db"
 	"github.com/postguard/postguard/db/postgres/dbsqlc"
@@ -37,7 +29,7 @@ import (
 // zero. Each check is one short statement, so a few connections serve many requests.
 const RateLimitMaxConnsDefault = 4
 
-// Config configures a Store. The zero value (or nil) is fine.
+// Config configures an Engine. The zero value (or nil) is fine.
 type Config struct {
 	// Logger receives migration logs. Defaults to slog.Default().
 	Logger *slog.Logger
@@ -47,15 +39,13 @@ type Config struct {
 	MaxConns int32
 
 	// RateLimitMaxConns caps the second pool, the one whose connections run with
-	// synchronous_commit off for RateLimitCounterConsume. Defaults to RateLimitMaxConnsDefault.
+	// synchronous_commit off for the rate limiter's counters. Defaults to
+	// RateLimitMaxConnsDefault.
 	RateLimitMaxConns int32
 }
 
-// Store is the Postgres db.Store.
-type Store struct {
-	executor // the app's queries on the main pool, each statement committing alone
-
-	client *river.Client[pgx.Tx]
+// Engine is the PostgreSQL db.Engine.
+type Engine struct {
 	logger *slog.Logger
 	pool   *pgxpool.Pool
 
@@ -65,13 +55,13 @@ type Store struct {
 	rateLimitPool *pgxpool.Pool
 }
 
-var _ db.Store = (*Store)(nil)
+var _ db.Engine[pgx.Tx] = (*Engine)(nil)
 
-// New opens a Store on databaseURL (a postgres:// URL or a key=value DSN). Its tables are those
-// the connection's search_path finds first, so a schema is chosen in the URL, e.g.
-// `options=-c%20search_path%3Dmyschema`. New does not migrate; see Migrate and CheckSchema.
-// Connections are made lazily, so New succeeds while the database is down.
-func New(ctx context.Context, databaseURL string, config *Config) (*Store, error) {
+// NewEngine opens an Engine on databaseURL (a postgres:// URL or a key=value DSN). Its tables are
+// those the connection's search_path finds first, so a schema is chosen in the URL, e.g.
+// `options=-c%20search_path%3Dmyschema`. Connections are made lazily, so NewEngine succeeds
+// while the database is down.
+func NewEngine(ctx context.Context, databaseURL string, config *Config) (*Engine, error) {
 	if config == nil {
 		config = &Config{}
 	}
@@ -83,6 +73,7 @@ func New(ctx context.Context, databaseURL string, config *Config) (*Store, error
 	if config.MaxConns > 0 {
 		poolConfig.MaxConns = config.MaxConns
 	}
+	poolConfig.AfterConnect = scanTimesInUTC
 
 	rateLimitPoolConfig := poolConfig.Copy()
 	rateLimitPoolConfig.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
@@ -93,519 +84,121 @@ func New(ctx context.Context, databaseURL string, config *Config) (*Store, error
 	if err != nil {
 		return nil, fmt.Errorf("error creating pool: %w", err)
 	}
-
 	rateLimitPool, err := pgxpool.NewWithConfig(ctx, rateLimitPoolConfig)
 	if err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("error creating rate limit pool: %w", err)
 	}
 
-	store := &Store{
+	return &Engine{
 		logger:        cmp.Or(config.Logger, slog.Default()),
 		pool:          pool,
 		rateLimitPool: rateLimitPool,
-	}
-	store.executor = executor{dbtx: pool, store: store}
-	return store, nil
+	}, nil
 }
 
-// CheckSchema returns an error wrapping db.ErrSchemaBehind, naming what is behind, while any of
-// River's or the app's migrations is not applied. It only reads.
-func (s *Store) CheckSchema(ctx context.Context) error {
-	migrator, err := s.riverMigrator()
-	if err != nil {
-		return err
-	}
-
-	existing, err := migrator.ExistingVersions(ctx)
-	if err != nil {
-		return fmt.Errorf("error reading River's migrations: %w", err)
-	}
-
-	var behind []string
-	if missing := missingVersions(migrator.AllVersions(), existing); len(missing) > 0 {
-		behind = append(behind, fmt.Sprintf("River's migrations %v are not applied", missing))
-	}
-
-	appBehind, err := s.gooseBehind(ctx)
-	if err != nil {
-		return err
-	}
-	if appBehind != "" {
-		behind = append(behind, appBehind)
-	}
-
-	if len(behind) > 0 {
-		return fmt.Errorf("%w (%s)", db.ErrSchemaBehind, strings.Join(behind, "; "))
-	}
-	return nil
-}
-
-// Client is the store's River client; nil before ConfigureRiver.
-func (s *Store) Client() *river.Client[pgx.Tx] { return s.client }
-
-// Close closes both pools. It does not stop River: stop the client first.
-func (s *Store) Close() error {
-	s.pool.Close()
-	s.rateLimitPool.Close()
-	return nil
-}
-
-// ConfigureRiver creates the store's River client on the main pool. Call it once, before anything
-// inserts jobs.
-func (s *Store) ConfigureRiver(config *river.Config) error {
-	if s.client != nil {
-		return errors.New("River is already configured")
-	}
-
-	client, err := river.NewClient(riverpgxv5.New(s.pool), config)
-	if err != nil {
-		return fmt.Errorf("error creating River client: %w", err)
-	}
-
-	s.client = client
-	return nil
-}
-
-// EmailTokenDeleteExpired deletes up to limit tokens that expired before before.
-func (s *Store) EmailTokenDeleteExpired(ctx context.Context, before time.Time, limit int) (int64, error) {
-	deleted, err := dbsqlc.New().EmailTokenDeleteExpired(ctx, s.pool, dbsqlc.EmailTokenDeleteExpiredParams{
-		Before: before,
-		Max:    int64(limit),
+// scanTimesInUTC makes a connection read timestamptz values in UTC, as SQLite's are, whatever
+// the process's time zone.
+func scanTimesInUTC(_ context.Context, conn *pgx.Conn) error {
+	conn.TypeMap().RegisterType(&pgtype.Type{
+		Name:  "timestamptz",
+		OID:   pgtype.TimestamptzOID,
+		Codec: &pgtype.TimestamptzCodec{ScanLocation: time.UTC},
 	})
-	if err != nil {
-		return 0, fmt.Errorf("error deleting expired email tokens: %w", interpretError(err))
-	}
-	return deleted, nil
-}
-
-// Engine is "postgres".
-func (s *Store) Engine() string { return "postgres" }
-
-// InTx runs fn in one transaction, committed when fn returns nil and rolled back otherwise (or
-// when fn panics). Jobs fn inserts with JobInsert commit or roll back with it.
-func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx db.Queries) error) error {
-	tx, err := s.pool.Begin(ctx)
-	if err != nil {
-		return fmt.Errorf("error beginning transaction: %w", interpretError(err))
-	}
-	defer func() {
-		// A no-op after Commit. On failure pgx closes the connection, so it is not reused.
-		_ = tx.Rollback(ctx)
-	}()
-
-	if err := fn(ctx, &executor{dbtx: tx, store: s, tx: tx}); err != nil {
-		return err
-	}
-
-	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("error committing transaction: %w", interpretError(err))
-	}
 	return nil
 }
 
-// Migrate applies River's migrations, exactly those `river migrate-up` applies and recorded in
-// the same river_migration table, and then the app's through goose. It holds a session-level
-// advisory lock on a connection of its own meanwhile, so two deploys cannot race. Idempotent.
-func (s *Store) Migrate(ctx context.Context) error {
-	// A connection outside the pool: holding the lock never starves River or goose of theirs.
-	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
-	if err != nil {
-		return fmt.Errorf("error connecting to take the migration lock: %w", err)
-	}
-	// Ending the session releases the lock too, should the unlock below fail.
-	defer conn.Close(context.WithoutCancel(ctx))
+// Name implements db.Engine.
+func (e *Engine) Name() string { return "postgres" }
 
+// Driver implements db.Engine: riverpgxv5 on the main pool.
+func (e *Engine) Driver() riverdriver.Driver[pgx.Tx] { return riverpgxv5.New(e.pool) }
+
+// Begin implements db.Engine.
+func (e *Engine) Begin(ctx context.Context) (pgx.Tx, error) {
+	tx, err := e.pool.Begin(ctx)
+	if err != nil {
+		return nil, interpretError(err)
+	}
+	return tx, nil
+}
+
+// Commit implements db.Engine.
+func (e *Engine) Commit(ctx context.Context, tx pgx.Tx) error { return interpretError(tx.Commit(ctx)) }
+
+// Rollback implements db.Engine. On failure pgx closes the connection, so it is not reused.
+func (e *Engine) Rollback(ctx context.Context, tx pgx.Tx) error {
+	return interpretError(tx.Rollback(ctx))
+}
+
+// Queries implements db.Engine: on the main pool.
+func (e *Engine) Queries() db.Queries { return &queries{dbtx: e.pool} }
+
+// QueriesTx implements db.Engine.
+func (e *Engine) QueriesTx(tx pgx.Tx) db.Queries { return &queries{dbtx: tx} }
+
+// Counters implements db.Engine: on the rate-limit pool.
+func (e *Engine) Counters() db.Counters { return &counters{pool: e.rateLimitPool} }
+
+// InterpretError implements db.Engine.
+func (e *Engine) InterpretError(err error) error { return interpretError(err) }
+
+// GooseDB implements db.Engine: a *sql.DB on the main pool (closing it leaves the pool open).
+func (e *Engine) GooseDB() (*sql.DB, goose.Dialect, func()) {
+	sqlDB := stdlib.OpenDBFromPool(e.pool)
+	return sqlDB, goose.DialectPostgres, func() { sqlDB.Close() }
+}
+
+// GooseTableExists implements db.Engine, with the check goose itself runs, on the same
+// search_path.
+func (e *Engine) GooseTableExists(ctx context.Context, sqlDB *sql.DB) (bool, error) {
+	versionStore, err := database.NewStore(goose.DialectPostgres, goose.DefaultTablename)
+	if err != nil {
+		return false, fmt.Errorf("error creating goose store: %w", err)
+	}
+	exists, err := versionStore.(database.StoreExtender).TableExists(ctx, sqlDB)
+	return exists, interpretError(err)
+}
+
+// LockMigrations implements db.Engine with a session-level advisory lock keyed on the current
+// schema (stores in other schemas do not wait on it), held on a connection of its own so that it
+// never starves River or goose of theirs. Ending the session releases the lock too, should the
+// unlock fail.
+func (e *Engine) LockMigrations(ctx context.Context) (func(), error) {
+	conn, err := pgx.ConnectConfig(ctx, e.pool.Config().ConnConfig.Copy())
+	if err != nil {
+		return nil, fmt.Errorf("error connecting to take the migration lock: %w", interpretError(err))
+	}
 	if err := dbsqlc.New().MigrationLock(ctx, conn); err != nil {
-		return fmt.Errorf("error taking the migration lock: %w", err)
+		conn.Close(context.WithoutCancel(ctx))
+		return nil, interpretError(err)
 	}
-	defer func() {
-		if err := dbsqlc.New().MigrationUnlock(context.WithoutCancel(ctx), conn); err != nil {
-			s.logger.WarnContext(ctx, "error releasing the migration lock", slog.String("error", err.Error()))
+	return func() {
+		ctx := context.WithoutCancel(ctx)
+		if err := dbsqlc.New().MigrationUnlock(ctx, conn); err != nil {
+			e.logger.WarnContext(ctx, "error releasing the migration lock", slog.String("error", err.Error()))
 		}
-	}()
-
-	migrator, err := s.riverMigrator()
-	if err != nil {
-		return err
-	}
-	if _, err := migrator.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
-		return fmt.Errorf("error applying River's migrations: %w", err)
-	}
-
-	provider, sqlDB, err := s.gooseProvider()
-	if err != nil {
-		return err
-	}
-	defer sqlDB.Close()
-
-	if _, err := provider.Up(ctx); err != nil {
-		return fmt.Errorf("error applying the app's migrations: %w", err)
-	}
-	return nil
+		conn.Close(ctx)
+	}, nil
 }
 
-// Ping checks the database answers.
-func (s *Store) Ping(ctx context.Context) error {
-	if err := s.pool.Ping(ctx); err != nil {
+// Ping implements db.Engine.
+func (e *Engine) Ping(ctx context.Context) error {
+	if err := e.pool.Ping(ctx); err != nil {
 		return fmt.Errorf("error pinging database: %w", interpretError(err))
 	}
 	return nil
 }
 
-// Pool is the store's main pool (River's too).
-func (s *Store) Pool() *pgxpool.Pool { return s.pool }
-
-// RateLimitCounterConsume spends one request of a window in one statement on the rate-limit pool
-// (synchronous_commit off), outside any other transaction. When the window is at its limit, ok is
-// false, nothing is counted, and count is the limit.
-func (s *Store) RateLimitCounterConsume(ctx context.Context, params *db.RateLimitCounterConsumeParams) (int64, bool, error) {
-	count, err := dbsqlc.New().RateLimitCounterConsume(ctx, s.rateLimitPool, dbsqlc.RateLimitCounterConsumeParams{
-		KeyHash:     params.KeyHash,
-		LimitCount:  params.Limit,
-		WindowEnd:   params.WindowEnd,
-		WindowStart: params.WindowStart,
-	})
-	if err != nil {
-		if errors.Is(err, pgx.ErrNoRows) {
-			return params.Limit, false, nil
-		}
-		return 0, false, fmt.Errorf("error consuming rate limit counter: %w", interpretError(err))
-	}
-	return count, true, nil
-}
-
-// RateLimitCounterDeleteExpired deletes up to limit counters whose window ended before before.
-func (s *Store) RateLimitCounterDeleteExpired(ctx context.Context, before time.Time, limit int) (int64, error) {
-	deleted, err := dbsqlc.New().RateLimitCounterDeleteExpired(ctx, s.pool, dbsqlc.RateLimitCounterDeleteExpiredParams{
-		Before: before,
-		Max:    int64(limit),
-	})
-	if err != nil {
-		return 0, fmt.Errorf("error deleting expired rate limit counters: %w", interpretError(err))
-	}
-	return deleted, nil
-}
-
-// River is the store's River client as a db.JobClient; nil before ConfigureRiver.
-func (s *Store) River() db.JobClient {
-	if s.client == nil {
-		return nil
-	}
-	return s.client
-}
-
-// RiverUIEndpoints is the River UI API bundle for the store's River client; nil before
-// ConfigureRiver.
-func (s *Store) RiverUIEndpoints() uiendpoints.Bundle {
-	if s.client == nil {
-		return nil
-	}
-	return riverui.NewEndpoints(s.client, nil)
-}
-
-// SendPacerReserve takes the next send slot of the named budget, one interval after the previous
-// slot and never before now, in one statement shared by every process.
-func (s *Store) SendPacerReserve(ctx context.Context, name string, interval time.Duration, now time.Time) (time.Time, error) {
-	if interval <= 0 {
-		return time.Time{}, fmt.Errorf("send pacer interval must be positive, got %s", interval)
-	}
-
-	intervalUS := interval.Microseconds()
-	tatUS, err := dbsqlc.New().SendPacerReserve(ctx, s.pool, dbsqlc.SendPacerReserveParams{
-		IntervalUs: intervalUS,
-		Name:       name,
-		TatUs:      now.UnixMicro() + intervalUS,
-	})
-	if err != nil {
-		return time.Time{}, fmt.Errorf("error reserving send slot: %w", interpretError(err))
-	}
-	return time.UnixMicro(tatUS - intervalUS).UTC(), nil
-}
-
-// gooseBehind says how far behind the app's migrations are, or "" when all are applied. Unlike
-// goose's own checks, it does not create goose's version table when there is none.
-func (s *Store) gooseBehind(ctx context.Context) (string, error) {
-	provider, sqlDB, err := s.gooseProvider()
-	if err != nil {
-		return "", err
-	}
-	defer sqlDB.Close()
-
-	// The table check goose itself runs, on the same search_path.
-	versionStore, err := database.NewStore(goose.DialectPostgres, goose.DefaultTablename)
-	if err != nil {
-		return "", fmt.Errorf("error creating goose store: %w", err)
-	}
-	exists, err := versionStore.(database.StoreExtender).TableExists(ctx, sqlDB)
-	if err != nil {
-		return "", fmt.Errorf("error checking goose's version table: %w", err)
-	}
-	if !exists {
-		return "the app's migrations are not applied", nil
-	}
-
-	pending, err := provider.HasPending(ctx)
-	if err != nil {
-		return "", fmt.Errorf("error checking the app's migrations: %w", err)
-	}
-	if !pending {
-		return "", nil
-	}
-
-	current, target, err := provider.GetVersions(ctx)
-	if err != nil {
-		return "", fmt.Errorf("error reading the app's migration version: %w", err)
-	}
-	return fmt.Sprintf("the app's schema is at version %d of %d", current, target), nil
-}
-
-// gooseProvider is goose with the app's Postgres migrations, over a *sql.DB on the main pool
-// (closing it leaves the pool open; close it when done). Goose's version table lands in the
-// connection's current schema.
-func (s *Store) gooseProvider() (*goose.Provider, *sql.DB, error) {
-	migrations, err := fs.Sub(db.Migrations, "migrations/postgres")
-	if err != nil {
-		return nil, nil, fmt.Errorf("error opening migrations: %w", err)
-	}
-
-	sqlDB := stdlib.OpenDBFromPool(s.pool)
-
-	provider, err := goose.NewProvider(goose.DialectPostgres, sqlDB, migrations,
-		goose.WithDisableGlobalRegistry(true),
-		goose.WithSlog(s.logger),
-	)
-	if err != nil {
-		sqlDB.Close()
-		return nil, nil, fmt.Errorf("error creating goose provider: %w", err)
-	}
-	return provider, sqlDB, nil
-}
-
-func (s *Store) riverMigrator() (*rivermigrate.Migrator[pgx.Tx], error) {
-	migrator, err := rivermigrate.New(riverpgxv5.New(s.pool), &rivermigrate.Config{Logger: s.logger})
-	if err != nil {
-		return nil, fmt.Errorf("error creating River migrator: %w", err)
-	}
-	return migrator, nil
-}
-
-// executor runs the app's queries on dbtx: the main pool for the Store itself, a transaction
-// inside InTx (then tx is set, so that JobInsert inserts through it).
-type executor struct {
-	dbtx  dbsqlc.DBTX
-	store *Store
-	tx    pgx.Tx
-}
-
-// EmailTokenConsume implements db.Queries.EmailTokenConsume.
-func (e *executor) EmailTokenConsume(ctx context.Context, tokenHash []byte, purpose db.TokenPurpose, now time.Time) (int64, error) {
-	userID, err := dbsqlc.New().EmailTokenConsume(ctx, e.dbtx, dbsqlc.EmailTokenConsumeParams{
-		Now:       now,
-		Purpose:   string(purpose),
-		TokenHash: tokenHash,
-	})
-	if err != nil {
-		return 0, fmt.Errorf("error consuming email token: %w", interpretError(err))
-	}
-	return userID, nil
-}
-
-// EmailTokenInsert implements db.Queries.EmailTokenInsert.
-func (e *executor) EmailTokenInsert(ctx context.Context, params *db.EmailTokenInsertParams) error {
-	err := dbsqlc.New().EmailTokenInsert(ctx, e.dbtx, dbsqlc.EmailTokenInsertParams{
-		ExpiresAt: params.ExpiresAt,
-		JobID:     params.JobID,
-		Now:       params.Now,
-		Purpose:   string(params.Purpose),
-		Sealed:    params.Sealed,
-		TokenHash: params.TokenHash,
-		UserID:    params.UserID,
-	})
-	if err != nil {
-		return fmt.Errorf("error inserting email token: %w", interpretError(err))
-	}
+// Close implements db.Engine: both pools.
+func (e *Engine) Close() error {
+	e.pool.Close()
+	e.rateLimitPool.Close()
 	return nil
 }
 
-// EmailTokenInvalidateUser implements db.Queries.EmailTokenInvalidateUser.
-func (e *executor) EmailTokenInvalidateUser(ctx context.Context, userID int64, purpose db.TokenPurpose, now time.Time) error {
-	_, err := dbsqlc.New().EmailTokenInvalidateUser(ctx, e.dbtx, dbsqlc.EmailTokenInvalidateUserParams{
-		Now:     now,
-		Purpose: string(purpose),
-		UserID:  userID,
-	})
-	if err != nil {
-		return fmt.Errorf("error invalidating email tokens: %w", interpretError(err))
-	}
-	return nil
-}
+// Pool is the engine's main pool (River's too).
+func (e *Engine) Pool() *pgxpool.Pool { return e.pool }
 
-// JobInsert implements db.Queries.JobInsert.
-func (e *executor) JobInsert(ctx context.Context, args river.JobArgs, opts *river.InsertOpts) (*rivertype.JobInsertResult, error) {
-	client := e.store.client
-	if client == nil {
-		return nil, errors.New("error inserting job: River is not configured (call ConfigureRiver first)")
-	}
-
-	var (
-		res *rivertype.JobInsertResult
-		err error
-	)
-	if e.tx != nil {
-		res, err = client.InsertTx(ctx, e.tx, args, opts)
-	} else {
-		res, err = client.Insert(ctx, args, opts)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("error inserting %s job: %w", args.Kind(), interpretError(err))
-	}
-	return res, nil
-}
-
-// UserGetByEmail implements db.Queries.UserGetByEmail.
-func (e *executor) UserGetByEmail(ctx context.Context, email string) (*db.User, error) {
-	user, err := dbsqlc.New().UserGetByEmail(ctx, e.dbtx, email)
-	if err != nil {
-		return nil, fmt.Errorf("error getting user by email: %w", interpretError(err))
-	}
-	return userFromRow(user), nil
-}
-
-// UserGetByID implements db.Queries.UserGetByID.
-func (e *executor) UserGetByID(ctx context.Context, id int64) (*db.User, error) {
-	user, err := dbsqlc.New().UserGetByID(ctx, e.dbtx, id)
-	if err != nil {
-		return nil, fmt.Errorf("error getting user by id: %w", interpretError(err))
-	}
-	return userFromRow(user), nil
-}
-
-// UserInsert implements db.Queries.UserInsert.
-func (e *executor) UserInsert(ctx context.Context, params *db.UserInsertParams) (*db.User, error) {
-	user, err := dbsqlc.New().UserInsert(ctx, e.dbtx, dbsqlc.UserInsertParams{
-		Email:        params.Email,
-		Name:         params.Name,
-		Now:          params.Now,
-		PasswordHash: params.PasswordHash,
-	})
-	if err != nil {
-		// ON CONFLICT DO NOTHING: no row back means the email is taken, and a transaction around
-		// the insert stays usable.
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil, db.ErrEmailTaken
-		}
-		return nil, fmt.Errorf("error inserting user: %w", interpretError(err))
-	}
-	return userFromRow(user), nil
-}
-
-// UserMarkEmailVerified implements db.Queries.UserMarkEmailVerified.
-func (e *executor) UserMarkEmailVerified(ctx context.Context, id int64, now time.Time) error {
-	updated, err := dbsqlc.New().UserMarkEmailVerified(ctx, e.dbtx, dbsqlc.UserMarkEmailVerifiedParams{
-		ID:  id,
-		Now: now,
-	})
-	return requireUpdated("marking email verified", updated, err)
-}
-
-// UserSetPassword implements db.Queries.UserSetPassword.
-func (e *executor) UserSetPassword(ctx context.Context, id int64, passwordHash string, now time.Time) error {
-	updated, err := dbsqlc.New().UserSetPassword(ctx, e.dbtx, dbsqlc.UserSetPasswordParams{
-		ID:           id,
-		Now:          now,
-		PasswordHash: passwordHash,
-	})
-	return requireUpdated("setting password", updated, err)
-}
-
-// UserUnsubscribe implements db.Queries.UserUnsubscribe.
-func (e *executor) UserUnsubscribe(ctx context.Context, id int64, now time.Time) error {
-	updated, err := dbsqlc.New().UserUnsubscribe(ctx, e.dbtx, dbsqlc.UserUnsubscribeParams{
-		ID:  id,
-		Now: now,
-	})
-	return requireUpdated("unsubscribing user", updated, err)
-}
-
-// interpretError turns pgx's errors into the db package's, once, at the store's boundary:
-// pgx.ErrNoRows is db.ErrNotFound, and an error that says the database cannot serve right now
-// (see unavailable) is wrapped in db.ErrUnavailable.
-func interpretError(err error) error {
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return db.ErrNotFound
-	case unavailable(err):
-		return fmt.Errorf("%w: %w", db.ErrUnavailable, err)
-	}
-	return err
-}
-
-// unavailable says err is PostgreSQL being unreachable or not answering, a state that passes,
-// rather than a bug:
-//   - the network failed: a refused, reset or timed-out connection is a net.Error, a connection
-//     closed mid-answer an io.EOF;
-//   - pgx found its connection closed by such a failure (pgconn.ErrConnClosed), or failed before
-//     sending anything (pgconn.SafeToRetry), or timed out (pgconn.Timeout);
-//   - the server said it cannot serve: SQLSTATE class 08 (connection exception), 53300 (too many
-//     connections), 57P01-57P03 (shutting down, crashed, starting up).
-func unavailable(err error) bool {
-	var netErr net.Error
-	switch {
-	case errors.As(err, &netErr), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
-		return true
-	case errors.Is(err, pgconn.ErrConnClosed), pgconn.SafeToRetry(err), pgconn.Timeout(err):
-		return true
-	}
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		switch state := pgErr.SQLState(); {
-		case strings.HasPrefix(state, "08"), state == "53300", state == "57P01", state == "57P02", state == "57P03":
-			return true
-		}
-	}
-	return false
-}
-
-// missingVersions lists the versions of all that are not in existing.
-func missingVersions(all, existing []rivermigrate.Migration) []int {
-	var missing []int
-	for _, migration := range all {
-		if !slices.ContainsFunc(existing, func(m rivermigrate.Migration) bool { return m.Version == migration.Version }) {
-			missing = append(missing, migration.Version)
-		}
-	}
-	return missing
-}
-
-// requireUpdated wraps an update's error, and reports db.ErrNotFound when it touched no row.
-func requireUpdated(doing string, updated int64, err error) error {
-	if err != nil {
-		return fmt.Errorf("error %s: %w", doing, interpretError(err))
-	}
-	if updated == 0 {
-		return fmt.Errorf("error %s: %w", doing, db.ErrNotFound)
-	}
-	return nil
-}
-
-func timePtrUTC(t *time.Time) *time.Time {
-	if t == nil {
-		return nil
-	}
-	utc := t.UTC()
-	return &utc
-}
-
-func userFromRow(user *dbsqlc.User) *db.User {
-	return &db.User{
-		ID:              user.ID,
-		CreatedAt:       user.CreatedAt.UTC(),
-		Email:           user.Email,
-		EmailVerifiedAt: timePtrUTC(user.EmailVerifiedAt),
-		Name:            user.Name,
-		PasswordHash:    user.PasswordHash,
-		UnsubscribedAt:  timePtrUTC(user.UnsubscribedAt),
-		UpdatedAt:       user.UpdatedAt.UTC(),
-	}
-}
+// RateLimitPool is the pool of the rate limiter's counters.
+func (e *Engine) RateLimitPool() *pgxpool.Pool { return e.rateLimitPool }

@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
-	"github.com/riverqueue/river/rivermigrate"
 	"github.com/stretchr/testify/require"
 
 	"github.com/postguard/postguard/db"
@@ -19,54 +17,15 @@ import (
 
 // Postgres-only behaviour; what both engines share is in db's conformance suite.
 
-func TestStore_CheckSchema(t *testing.T) {
-	t.Parallel()
-
-	ctx := t.Context()
-	store := dbtest.NewPostgresUnmigrated(t)
-	migrator, err := rivermigrate.New(riverpgxv5.New(store.Pool()), nil)
-	require.NoError(t, err)
-
-	// River's schema only, as after `river migrate-up`.
-	_, err = migrator.Migrate(ctx, rivermigrate.DirectionUp, nil)
-	require.NoError(t, err)
-
-	err = store.CheckSchema(ctx)
-	require.ErrorIs(t, err, db.ErrSchemaBehind)
-	require.ErrorContains(t, err, "the app's migrations are not applied")
-	require.NotContains(t, err.Error(), "River")
-
-	// Both, then River one step down.
-	require.NoError(t, store.Migrate(ctx))
-	require.NoError(t, store.CheckSchema(ctx))
-
-	res, err := migrator.Migrate(ctx, rivermigrate.DirectionDown, nil)
-	require.NoError(t, err)
-	require.Len(t, res.Versions, 1)
-
-	err = store.CheckSchema(ctx)
-	require.ErrorIs(t, err, db.ErrSchemaBehind)
-	require.ErrorContains(t, err, "River's migrations [")
-	require.NotContains(t, err.Error(), "app's")
-}
-
-func TestStore_Engine(t *testing.T) {
-	t.Parallel()
-
-	require.Equal(t, "postgres", dbtest.NewPostgres(t).Engine())
-}
-
 func TestStore_Migrate(t *testing.T) {
 	t.Parallel()
 
 	t.Run("Concurrent", func(t *testing.T) {
 		t.Parallel()
 
-		ctx := t.Context()
 		store := dbtest.NewPostgresUnmigrated(t)
-		other, err := postgres.New(ctx, store.Pool().Config().ConnString(), nil)
-		require.NoError(t, err)
-		t.Cleanup(func() { other.Close() })
+		ctx := t.Context()
+		other := dbtest.OpenPostgres(t, store.Postgres.Pool().Config().ConnString())
 
 		// Without the lock, both would apply River's first migration and one would fail.
 		var (
@@ -92,7 +51,7 @@ func TestStore_Migrate(t *testing.T) {
 			schema string
 			tables int
 		)
-		require.NoError(t, store.Pool().QueryRow(ctx, `
+		require.NoError(t, store.Postgres.Pool().QueryRow(ctx, `
 			SELECT current_schema(), count(*)
 			FROM pg_tables
 			WHERE schemaname = current_schema()
@@ -109,7 +68,7 @@ func TestStore_Migrate(t *testing.T) {
 		store := dbtest.NewPostgresUnmigrated(t)
 
 		// Another deploy holds the lock.
-		conn, err := pgx.ConnectConfig(ctx, store.Pool().Config().ConnConfig)
+		conn, err := pgx.ConnectConfig(ctx, store.Postgres.Pool().Config().ConnConfig)
 		require.NoError(t, err)
 		t.Cleanup(func() { conn.Close(context.Background()) })
 		require.NoError(t, dbsqlc.New().MigrationLock(ctx, conn))
@@ -117,10 +76,16 @@ func TestStore_Migrate(t *testing.T) {
 		done := make(chan error, 1)
 		go func() { done <- store.Migrate(ctx) }()
 
+		// Migrate is waiting once a session is blocked by the one holding the lock.
+		require.Eventually(t, func() bool {
+			var waiting bool
+			err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pg_backend_pid() = ANY (pg_blocking_pids(pid)))`).Scan(&waiting)
+			return err == nil && waiting
+		}, 10*time.Second, 10*time.Millisecond, "Migrate never waited for the lock")
 		select {
 		case err := <-done:
 			require.FailNow(t, "Migrate did not wait for the lock", "err: %v", err)
-		case <-time.After(300 * time.Millisecond):
+		default:
 		}
 
 		require.NoError(t, dbsqlc.New().MigrationUnlock(ctx, conn))
@@ -135,53 +100,53 @@ func TestStore_Migrate(t *testing.T) {
 	})
 }
 
-func TestStore_New(t *testing.T) {
+func TestNewEngine(t *testing.T) {
 	t.Parallel()
 
 	t.Run("Pools", func(t *testing.T) {
 		t.Parallel()
 
 		ctx := t.Context()
-		store, err := postgres.New(ctx, dbtest.DatabaseURL(t), &postgres.Config{MaxConns: 3, RateLimitMaxConns: 2})
+		engine, err := postgres.NewEngine(ctx, dbtest.DatabaseURL(t), &postgres.Config{MaxConns: 3, RateLimitMaxConns: 2})
 		require.NoError(t, err)
-		t.Cleanup(func() { store.Close() })
+		t.Cleanup(func() { engine.Close() })
 
-		require.Equal(t, int32(3), store.Pool().Config().MaxConns)
-		require.Equal(t, int32(2), store.RateLimitPool().Config().MaxConns)
+		require.Equal(t, int32(3), engine.Pool().Config().MaxConns)
+		require.Equal(t, int32(2), engine.RateLimitPool().Config().MaxConns)
 
 		// Only the rate-limit pool gives up waiting for WAL flushes.
 		var setting string
-		require.NoError(t, store.Pool().QueryRow(ctx, "SHOW synchronous_commit").Scan(&setting))
+		require.NoError(t, engine.Pool().QueryRow(ctx, "SHOW synchronous_commit").Scan(&setting))
 		require.Equal(t, "on", setting)
-		require.NoError(t, store.RateLimitPool().QueryRow(ctx, "SHOW synchronous_commit").Scan(&setting))
+		require.NoError(t, engine.RateLimitPool().QueryRow(ctx, "SHOW synchronous_commit").Scan(&setting))
 		require.Equal(t, "off", setting)
 	})
 
 	t.Run("PoolsDefault", func(t *testing.T) {
 		t.Parallel()
 
-		store, err := postgres.New(t.Context(), "postgres://postgres@127.0.0.1:5432/test", nil)
+		engine, err := postgres.NewEngine(t.Context(), "postgres://postgres@127.0.0.1:5432/test", nil)
 		require.NoError(t, err)
-		t.Cleanup(func() { store.Close() })
+		t.Cleanup(func() { engine.Close() })
 
-		require.Equal(t, int32(postgres.RateLimitMaxConnsDefault), store.RateLimitPool().Config().MaxConns)
+		require.Equal(t, int32(postgres.RateLimitMaxConnsDefault), engine.RateLimitPool().Config().MaxConns)
 	})
 
 	t.Run("InvalidURL", func(t *testing.T) {
 		t.Parallel()
 
-		_, err := postgres.New(t.Context(), "postgres://%zz", nil)
+		_, err := postgres.NewEngine(t.Context(), "postgres://%zz", nil)
 		require.Error(t, err)
 	})
 
 	t.Run("Unreachable", func(t *testing.T) {
 		t.Parallel()
 
-		// Connections are lazy: New succeeds, Ping reports the database down.
-		store, err := postgres.New(t.Context(), "postgres://postgres@127.0.0.1:1/test?sslmode=disable&connect_timeout=2", nil)
+		// Connections are lazy: NewEngine succeeds, Ping reports the database down.
+		engine, err := postgres.NewEngine(t.Context(), "postgres://postgres@127.0.0.1:1/test?sslmode=disable&connect_timeout=2", nil)
 		require.NoError(t, err)
-		t.Cleanup(func() { store.Close() })
+		t.Cleanup(func() { engine.Close() })
 
-		require.Error(t, store.Ping(t.Context()))
+		require.ErrorIs(t, engine.Ping(t.Context()), db.ErrUnavailable)
 	})
 }
