@@ -574,6 +574,51 @@ func TestStore_RateLimitCounter(t *testing.T) {
 			require.Equal(t, int64(2), count)
 		})
 
+		t.Run("GetSpendsNothing", func(t *testing.T) {
+			t.Parallel()
+
+			ctx := t.Context()
+			store := newStore(t)
+			get := func(key string, start time.Time) int64 {
+				t.Helper()
+				count, err := store.RateLimitCounterGet(ctx, &db.RateLimitCounterGetParams{KeyHash: tokenHash(key), WindowStart: start})
+				require.NoError(t, err)
+				return count
+			}
+
+			// A window nothing counted in reads 0, and reading it creates nothing.
+			for range 3 {
+				require.Zero(t, get("ip", now))
+			}
+			deleted, err := store.RateLimitCounterDeleteExpired(ctx, now.Add(time.Hour), 100)
+			require.NoError(t, err)
+			require.Zero(t, deleted, "a read inserted a counter")
+
+			for want := int64(1); want <= 2; want++ {
+				_, ok, err := store.RateLimitCounterConsume(ctx, window("ip", now, 2))
+				require.NoError(t, err)
+				require.True(t, ok)
+				require.Equal(t, want, get("ip", now))
+				require.Equal(t, want, get("ip", now), "reading twice spends nothing")
+			}
+
+			// A refusal leaves the count at the limit.
+			_, ok, err := store.RateLimitCounterConsume(ctx, window("ip", now, 2))
+			require.NoError(t, err)
+			require.False(t, ok)
+			require.Equal(t, int64(2), get("ip", now))
+
+			// Other keys and other windows are their own.
+			require.Zero(t, get("email", now))
+			require.Zero(t, get("ip", now.Add(15*time.Minute)))
+
+			// The reads did not spend: under a higher limit the count goes on from 2.
+			count, ok, err := store.RateLimitCounterConsume(ctx, window("ip", now, 10))
+			require.NoError(t, err)
+			require.True(t, ok)
+			require.Equal(t, int64(3), count)
+		})
+
 		t.Run("RefusedNotCounted", func(t *testing.T) {
 			t.Parallel()
 

@@ -280,6 +280,21 @@ func (s *Store) RateLimitCounterConsume(ctx context.Context, params *db.RateLimi
 	return count, true, nil
 }
 
+// RateLimitCounterGet reads a window's count; 0 when the window has counted nothing yet.
+func (s *Store) RateLimitCounterGet(ctx context.Context, params *db.RateLimitCounterGetParams) (int64, error) {
+	count, err := dbsqlc.New().RateLimitCounterGet(ctx, s.db, dbsqlc.RateLimitCounterGetParams{
+		KeyHash:     params.KeyHash,
+		WindowStart: params.WindowStart.UnixMicro(),
+	})
+	if err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return 0, nil
+		}
+		return 0, fmt.Errorf("error reading rate limit counter: %w", err)
+	}
+	return count, nil
+}
+
 // RateLimitCounterDeleteExpired deletes up to limit counters whose window ended before before.
 func (s *Store) RateLimitCounterDeleteExpired(ctx context.Context, before time.Time, limit int) (int64, error) {
 	deleted, err := dbsqlc.New().RateLimitCounterDeleteExpired(ctx, s.db, dbsqlc.RateLimitCounterDeleteExpiredParams{
