@@ -213,9 +213,9 @@ func setup(t *testing.T, store db.Store, opts *setupOpts) *testBundle {
 		rules = *opts.rules
 	}
 	consumer := &countingConsumer{Consumer: store}
-	limiter := abuse.NewLimiter(consumer, testSecret, rules, &abuse.LimiterConfig{NowFunc: opts.limiterNow})
-	logs := &syncBuffer{}
 	registry := prometheus.NewRegistry()
+	limiter := abuse.NewLimiter(consumer, testSecret, rules, &abuse.LimiterConfig{NowFunc: opts.limiterNow, Registerer: registry})
+	logs := &syncBuffer{}
 	config := &Config{
 		Store:           store,
 		Limiter:         limiter,
