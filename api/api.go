@@ -79,6 +79,10 @@ type Config struct {
 	// registrations cannot exhaust memory. Default runtime.GOMAXPROCS(0): the CPUs this process may use, a container quota included.
 	HashConcurrency int
 
+	// PasswordHasher hashes the passwords of register and reset-password; nil means the
+	// service's argon2id hasher, bounded by HashConcurrency.
+	PasswordHasher PasswordHasher
+
 	// NowFunc returns the current time for the database writes; time.Now when nil.
 	NowFunc func() time.Time
 
@@ -102,7 +106,7 @@ type server struct {
 	secret  []byte
 	logger  *slog.Logger
 	now     func() time.Time
-	hasher  *passwordHasher
+	hasher  PasswordHasher
 	metrics *httpMetrics
 
 	gatherer prometheus.Gatherer
@@ -210,7 +214,7 @@ func newServer(config *Config) (*server, *gin.Engine, error) {
 		secret:     config.Secret,
 		logger:     cmp.Or(config.Logger, slog.Default()),
 		now:        config.NowFunc,
-		hasher:     newPasswordHasher(cmp.Or(config.HashConcurrency, runtime.GOMAXPROCS(0))),
+		hasher:     config.PasswordHasher,
 		metrics:    metrics,
 		gatherer:   gatherer,
 		uniformMin: uniformAnswerMin,
@@ -219,6 +223,9 @@ func newServer(config *Config) (*server, *gin.Engine, error) {
 	}
 	if s.ips == nil {
 		s.ips = abuse.NewIPResolver(nil)
+	}
+	if s.hasher == nil {
+		s.hasher = newPasswordHasher(cmp.Or(config.HashConcurrency, runtime.GOMAXPROCS(0)))
 	}
 	if s.now == nil {
 		s.now = time.Now

@@ -200,7 +200,7 @@ type setupOpts struct {
 
 // setup builds a router on store (whose River client it configures, insert-only) with generous
 // rate limits unless opts says otherwise, logging at debug level into bundle.logs.
-func setup(t *testing.T, store db.Store, opts *setupOpts) *testBundle {
+func setup(t testing.TB, store db.Store, opts *setupOpts) *testBundle {
 	t.Helper()
 	if opts == nil {
 		opts = &setupOpts{}

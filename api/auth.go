@@ -72,7 +72,7 @@ func (s *server) register(c *gin.Context) error {
 	}
 
 	ctx := c.Request.Context()
-	hash, err := s.hasher.hash(ctx, req.Password)
+	hash, err := s.hasher.Hash(ctx, req.Password)
 	if err != nil {
 		return err
 	}

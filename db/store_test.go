@@ -216,6 +216,50 @@ func TestStore_EmailToken(t *testing.T) {
 			require.Error(t, err)
 		})
 
+		t.Run("LookupUsesNothing", func(t *testing.T) {
+			t.Parallel()
+
+			bundle, ctx := setup(t)
+			expiresAt := now.Add(time.Hour)
+			tokenInsert(ctx, t, bundle, "tok", db.TokenPurposeReset, expiresAt)
+			tokenInsert(ctx, t, bundle, "verify", db.TokenPurposeVerify, expiresAt)
+
+			for range 3 {
+				userID, err := bundle.store.EmailTokenLookup(ctx, tokenHash("tok"), db.TokenPurposeReset, now)
+				require.NoError(t, err)
+				require.Equal(t, bundle.user.ID, userID)
+			}
+			// Inside a transaction too.
+			require.NoError(t, bundle.store.InTx(ctx, func(ctx context.Context, tx db.Queries) error {
+				userID, err := tx.EmailTokenLookup(ctx, tokenHash("tok"), db.TokenPurposeReset, now)
+				require.Equal(t, bundle.user.ID, userID)
+				return err
+			}))
+
+			for name, lookup := range map[string]struct {
+				raw     string
+				purpose db.TokenPurpose
+				at      time.Time
+			}{
+				"Unknown":      {"nope", db.TokenPurposeReset, now},
+				"WrongPurpose": {"verify", db.TokenPurposeReset, now},
+				"Expired":      {"tok", db.TokenPurposeReset, expiresAt},
+			} {
+				_, err := bundle.store.EmailTokenLookup(ctx, tokenHash(lookup.raw), lookup.purpose, lookup.at)
+				require.ErrorIs(t, err, db.ErrNotFound, name)
+			}
+			userID, err := bundle.store.EmailTokenLookup(ctx, tokenHash("tok"), db.TokenPurposeReset, expiresAt.Add(-time.Microsecond))
+			require.NoError(t, err)
+			require.Equal(t, bundle.user.ID, userID)
+
+			// The lookups used nothing: the token is consumed once, then no longer found.
+			userID, err = bundle.store.EmailTokenConsume(ctx, tokenHash("tok"), db.TokenPurposeReset, now)
+			require.NoError(t, err)
+			require.Equal(t, bundle.user.ID, userID)
+			_, err = bundle.store.EmailTokenLookup(ctx, tokenHash("tok"), db.TokenPurposeReset, now)
+			require.ErrorIs(t, err, db.ErrNotFound)
+		})
+
 		t.Run("InvalidateUser", func(t *testing.T) {
 			t.Parallel()
 

@@ -16,6 +16,7 @@ const (
 	ActionRegister           Action = "register"
 	ActionForgotPassword     Action = "forgot_password"
 	ActionResendVerification Action = "resend_verification"
+	ActionResetPassword      Action = "reset_password"
 )
 
 // Scope is what a rule counts requests by.
@@ -137,6 +138,7 @@ type Rules struct {
 //	register             5 / 15m    3 / 1h
 //	forgot_password      5 / 15m    3 / 1h
 //	resend_verification  6 / 15m    3 / 30m
+//	reset_password       10 / 15m   —
 func DefaultRules() Rules {
 	return Rules{rules: []Rule{
 		{Action: ActionRegister, Scope: ScopeIP, Limit: 5, Window: 15 * time.Minute},
@@ -145,6 +147,7 @@ func DefaultRules() Rules {
 		{Action: ActionForgotPassword, Scope: ScopeEmail, Limit: 3, Window: time.Hour},
 		{Action: ActionResendVerification, Scope: ScopeIP, Limit: 6, Window: 15 * time.Minute},
 		{Action: ActionResendVerification, Scope: ScopeEmail, Limit: 3, Window: 30 * time.Minute},
+		{Action: ActionResetPassword, Scope: ScopeIP, Limit: 10, Window: 15 * time.Minute},
 	}}
 }
 

@@ -79,17 +79,16 @@ func TestLoadConfig(t *testing.T) {
 	t.Run("RateLimitOverride", func(t *testing.T) {
 		t.Parallel()
 
-		cfg, err := loadConfig(envFunc(map[string]string{"RATE_LIMIT_FORGOT_PASSWORD_EMAIL": "7/2h"}))
+		cfg, err := loadConfig(envFunc(map[string]string{"RATE_LIMIT_FORGOT_PASSWORD_EMAIL": "7/2h", "RATE_LIMIT_RESET_PASSWORD_IP": "20/1h"}))
 		require.NoError(t, err)
-		var found bool
-		for _, rule := range cfg.Rules.All() {
-			if rule.EnvName() == "RATE_LIMIT_FORGOT_PASSWORD_EMAIL" {
-				found = true
-				require.Equal(t, int64(7), rule.Limit)
-				require.Equal(t, 2*time.Hour, rule.Window)
-			}
-		}
-		require.True(t, found)
+		forgot, ok := cfg.Rules.Get(abuse.ActionForgotPassword, abuse.ScopeEmail)
+		require.True(t, ok)
+		require.Equal(t, int64(7), forgot.Limit)
+		require.Equal(t, 2*time.Hour, forgot.Window)
+		reset, ok := cfg.Rules.Get(abuse.ActionResetPassword, abuse.ScopeIP)
+		require.True(t, ok)
+		require.Equal(t, int64(20), reset.Limit)
+		require.Equal(t, time.Hour, reset.Window)
 	})
 
 	// Every bad value stops the process with a message that names its variable.
@@ -100,6 +99,7 @@ func TestLoadConfig(t *testing.T) {
 	}{
 		{"RateLimit", map[string]string{"RATE_LIMIT_REGISTER_IP": "abc"}, "RATE_LIMIT_REGISTER_IP"},
 		{"RateLimitZero", map[string]string{"RATE_LIMIT_RESEND_VERIFICATION_EMAIL": "0/1m"}, "RATE_LIMIT_RESEND_VERIFICATION_EMAIL"},
+		{"RateLimitResetPassword", map[string]string{"RATE_LIMIT_RESET_PASSWORD_IP": "10"}, "RATE_LIMIT_RESET_PASSWORD_IP"},
 		{"DatabaseURLScheme", map[string]string{"DATABASE_URL": "mysql://x"}, "DATABASE_URL"},
 		{"DatabaseURLUnparsable", map[string]string{"DATABASE_URL": "postgres://%zz", "APP_SECRET": strings.Repeat("s", 32)}, "DATABASE_URL"},
 		{"SQLiteNoPath", map[string]string{"DATABASE_URL": "sqlite://"}, "DATABASE_URL"},

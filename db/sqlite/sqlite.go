@@ -452,6 +452,19 @@ func (e *executor) EmailTokenInsert(ctx context.Context, params *db.EmailTokenIn
 	return nil
 }
 
+// EmailTokenLookup implements db.Queries.EmailTokenLookup.
+func (e *executor) EmailTokenLookup(ctx context.Context, tokenHash []byte, purpose db.TokenPurpose, now time.Time) (int64, error) {
+	userID, err := dbsqlc.New().EmailTokenLookup(ctx, e.dbtx, dbsqlc.EmailTokenLookupParams{
+		Now:       now.UnixMicro(),
+		Purpose:   string(purpose),
+		TokenHash: tokenHash,
+	})
+	if err != nil {
+		return 0, fmt.Errorf("error looking up email token: %w", interpretError(err))
+	}
+	return userID, nil
+}
+
 // EmailTokenInvalidateUser implements db.Queries.EmailTokenInvalidateUser.
 func (e *executor) EmailTokenInvalidateUser(ctx context.Context, userID int64, purpose db.TokenPurpose, now time.Time) error {
 	nowUS := now.UnixMicro()
