@@ -38,7 +38,7 @@ import (
 const MaxBodyBytes = 64 << 10
 
 // Config holds a router's dependencies. Store, Limiter and Secret are required by New;
-// HealthRouter needs only Store. Everything else has a default.
+// HealthRouter needs only Store, MetricsRouter nothing. Everything else has a default.
 type Config struct {
 	// Store is the database (either engine). Its River client must be configured (insert-only is
 	// enough) before a request inserts a job.
@@ -63,7 +63,8 @@ type Config struct {
 	Logger *slog.Logger
 
 	// Registerer receives postguard_http_requests_total and
-	// postguard_http_request_duration_seconds. Gatherer is what /metrics serves. When both are
+	// postguard_http_request_duration_seconds. Gatherer is what /metrics serves (HealthRouter
+	// and MetricsRouter; New's router has no /metrics). When both are
 	// nil a private registry serves as both; when only Registerer is set and it is also a
 	// Gatherer (a *prometheus.Registry), it is served.
 	Registerer prometheus.Registerer
@@ -124,11 +125,16 @@ type server struct {
 // of a known email adds, well below what a person notices.
 const uniformAnswerMin = 100 * time.Millisecond
 
-// New returns the router of the `api` and `serve` roles: every route of DESIGN.md's HTTP
-// contract, /openapi.yaml, and River UI when configured. It sets Gin's global mode to release.
+// New returns the public router of the `api` and `serve` roles: every route of DESIGN.md's HTTP
+// contract, /openapi.yaml, and River UI when configured. /metrics is not one of them (404): its
+// delivery counts by kind would tell anyone which addresses have accounts, so it is served by
+// MetricsRouter on a listener of its own. New sets Gin's global mode to release.
 func New(config *Config) (*gin.Engine, error) {
 	if config == nil {
 		return nil, errors.New("api: nil config")
+	}
+	if config.Store == nil {
+		return nil, errors.New("api: Config.Store is required")
 	}
 	if config.Limiter == nil {
 		return nil, errors.New("api: Config.Limiter is required")
@@ -171,11 +177,30 @@ func HealthRouter(config *Config) (*gin.Engine, error) {
 	if config == nil {
 		return nil, errors.New("api: nil config")
 	}
+	if config.Store == nil {
+		return nil, errors.New("api: Config.Store is required")
+	}
 	s, engine, err := newServer(config)
 	if err != nil {
 		return nil, err
 	}
 	s.mountHealth(engine)
+	s.mountMetrics(engine)
+	return engine, nil
+}
+
+// MetricsRouter returns the router of the metrics listener (METRICS_ADDR) of the `api` and
+// `serve` roles: /metrics and nothing else. It needs no store: a scrape never waits on the
+// database.
+func MetricsRouter(config *Config) (*gin.Engine, error) {
+	if config == nil {
+		return nil, errors.New("api: nil config")
+	}
+	s, engine, err := newServer(config)
+	if err != nil {
+		return nil, err
+	}
+	s.mountMetrics(engine)
 	return engine, nil
 }
 
@@ -183,10 +208,6 @@ func HealthRouter(config *Config) (*gin.Engine, error) {
 // (request id, access log and metrics, recover, body limit, security headers) and its 404/405
 // problem answers.
 func newServer(config *Config) (*server, *gin.Engine, error) {
-	if config.Store == nil {
-		return nil, nil, errors.New("api: Config.Store is required")
-	}
-
 	registerer, gatherer := config.Registerer, config.Gatherer
 	if registerer == nil && gatherer == nil {
 		registry := prometheus.NewRegistry()
@@ -258,10 +279,14 @@ func newServer(config *Config) (*server, *gin.Engine, error) {
 	return s, engine, nil
 }
 
-// mountHealth adds /healthz, /readyz and /metrics.
+// mountHealth adds /healthz and /readyz.
 func (s *server) mountHealth(engine *gin.Engine) {
 	engine.GET("/healthz", s.healthz)
 	engine.GET("/readyz", s.handle(s.readyz))
+}
+
+// mountMetrics adds /metrics.
+func (s *server) mountMetrics(engine *gin.Engine) {
 	metrics := promhttp.HandlerFor(s.gatherer, promhttp.HandlerOpts{
 		ErrorLog:      slog.NewLogLogger(s.logger.Handler(), slog.LevelError),
 		ErrorHandling: promhttp.ContinueOnError,

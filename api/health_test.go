@@ -140,8 +140,12 @@ func TestServer_OpenAPI(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, "3.1.0", doc.OpenAPI)
 
+		// The public router and the metrics listener's together serve what the document
+		// describes.
+		metrics, err := MetricsRouter(&Config{Logger: slog.New(slog.DiscardHandler)})
+		require.NoError(t, err)
 		var routes, documented []string
-		for _, route := range bundle.router.Routes() {
+		for _, route := range slices.Concat(bundle.router.Routes(), metrics.Routes()) {
 			path := strings.Replace(route.Path, "/*path", "/", 1)
 			if route.Method != http.MethodGet && route.Path == "/riverui/*path" {
 				continue // River UI's own API under /riverui/api/, not part of this contract

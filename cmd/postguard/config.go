@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/netip"
 	"net/url"
 	"strconv"
@@ -39,6 +40,9 @@ type config struct {
 
 	HTTPAddr string
 	AppURL   string
+
+	// MetricsAddr is the listener of /metrics for serve and api; "" when METRICS_ADDR is off.
+	MetricsAddr string
 
 	// AppSecret is nil on the embedded default when APP_SECRET is unset: the store then keeps a
 	// generated one.
@@ -96,6 +100,7 @@ func loadConfig(getenv func(string) string) (*config, error) {
 
 	p.databaseURL(cfg)
 	cfg.AppURL = p.appURL()
+	cfg.MetricsAddr = p.metricsAddr()
 	cfg.AppSecret = p.secret(cfg.Engine)
 	cfg.TrustedProxies = p.trustedProxies()
 	cfg.Rules = p.rules()
@@ -212,6 +217,25 @@ func (p *envParser) appURL() string {
 		return raw
 	}
 	return strings.TrimRight(raw, "/")
+}
+
+// metricsOff is the METRICS_ADDR that serves no metrics listener.
+const metricsOff = "off"
+
+func (p *envParser) metricsAddr() string {
+	addr := cmp.Or(p.getenv("METRICS_ADDR"), "127.0.0.1:9464")
+	if addr == metricsOff {
+		return ""
+	}
+	_, port, err := net.SplitHostPort(addr)
+	if err == nil {
+		_, err = strconv.ParseUint(port, 10, 16)
+	}
+	if err != nil {
+		p.fail("METRICS_ADDR", "%q is not a listen address like 127.0.0.1:9464 or :9464, or %q to serve no metrics", addr, metricsOff)
+		return ""
+	}
+	return addr
 }
 
 func (p *envParser) secret(engine string) []byte {

@@ -39,6 +39,17 @@ func TestLoadConfig(t *testing.T) {
 		require.Equal(t, "text", cfg.LogFormat)
 		require.Empty(t, cfg.TrustedProxies)
 		require.Equal(t, abuse.DefaultRules().All(), cfg.Rules.All())
+		require.Equal(t, "127.0.0.1:9464", cfg.MetricsAddr)
+	})
+
+	t.Run("MetricsAddr", func(t *testing.T) {
+		t.Parallel()
+
+		for value, want := range map[string]string{"off": "", ":9100": ":9100", "[::1]:9464": "[::1]:9464"} {
+			cfg, err := loadConfig(envFunc(map[string]string{"METRICS_ADDR": value}))
+			require.NoError(t, err, value)
+			require.Equal(t, want, cfg.MetricsAddr, value)
+		}
 	})
 
 	t.Run("SQLitePathVerbatim", func(t *testing.T) {
@@ -119,6 +130,8 @@ func TestLoadConfig(t *testing.T) {
 		{"LogFormat", map[string]string{"LOG_FORMAT": "xml"}, "LOG_FORMAT"},
 		{"LogLevel", map[string]string{"LOG_LEVEL": "loud"}, "LOG_LEVEL"},
 		{"RiverUIHalf", map[string]string{"RIVERUI_USERNAME": "admin"}, "RIVERUI_PASSWORD"},
+		{"MetricsAddr", map[string]string{"METRICS_ADDR": "localhost"}, "METRICS_ADDR"},
+		{"MetricsAddrPort", map[string]string{"METRICS_ADDR": "127.0.0.1:99999"}, "METRICS_ADDR"},
 	} {
 		t.Run("Invalid"+tt.name, func(t *testing.T) {
 			t.Parallel()

@@ -42,6 +42,9 @@ type runningServer struct {
 	cancel context.CancelFunc
 	exited chan struct{} // closed once the command returned err
 	err    error
+
+	// MetricsURL is http://METRICS_ADDR; "" when the server has no metrics listener.
+	MetricsURL string
 }
 
 // stop sends the equivalent of SIGTERM and returns what the command returned.
@@ -61,11 +64,18 @@ func startServer(t *testing.T, r role, env map[string]string) *runningServer {
 	t.Helper()
 
 	env["HTTP_ADDR"] = "127.0.0.1:0"
+	if _, ok := env["METRICS_ADDR"]; !ok {
+		env["METRICS_ADDR"] = "127.0.0.1:0" // never the default port, which tests running at once would share
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan net.Addr, 1)
 	logs := &syncBuffer{}
-	cmd := &serverCommand{role: r, readyFunc: func(addr net.Addr) { ready <- addr }}
 	s := &runningServer{Logs: logs, cancel: cancel, exited: make(chan struct{})}
+	cmd := &serverCommand{
+		role:             r,
+		readyFunc:        func(addr net.Addr) { ready <- addr },
+		metricsReadyFunc: func(addr net.Addr) { s.MetricsURL = "http://" + addr.String() },
+	}
 	go func() {
 		defer close(s.exited)
 		s.err = cmd.Run(ctx, &commandEnv{Getenv: envFunc(env), Stdout: io.Discard, Stderr: logs})
