@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"runtime"
 	"time"
 
@@ -55,8 +56,9 @@ type Config struct {
 	// Secret is APP_SECRET (at least 32 bytes); it checks unsubscribe tokens.
 	Secret []byte
 
-	// AppURL is APP_URL, the public base URL of the service. Informational for now: the HTML
-	// pages use relative form actions so that they work behind any path prefix.
+	// AppURL is APP_URL, the public base URL of the service. Its origin is one of the service's
+	// own for River UI's cross-site check (behind a proxy that rewrites Host); the HTML pages use
+	// relative form actions so that they work behind any path prefix.
 	AppURL string
 
 	// Logger receives the access log and error logs; slog.Default() when nil.
@@ -115,6 +117,9 @@ type server struct {
 	// requestTimeout is Config.RequestTimeout (see requestDeadline).
 	requestTimeout time.Duration
 
+	// appOrigin is AppURL's origin (normalizeOrigin), "" when AppURL is unset.
+	appOrigin string
+
 	// uniformMin is the least time forgot-password and resend-verification take once the
 	// limiter let them through, so the answer's timing does not tell a known email from an
 	// unknown one (see uniformAnswer).
@@ -146,6 +151,18 @@ func New(config *Config) (*gin.Engine, error) {
 	if err != nil {
 		return nil, err
 	}
+	if config.AppURL != "" {
+		u, err := url.Parse(config.AppURL)
+		var origin string
+		ok := err == nil
+		if ok {
+			origin, ok = normalizeOrigin(u.Scheme + "://" + u.Host)
+		}
+		if !ok {
+			return nil, fmt.Errorf("api: Config.AppURL %q is not an absolute http(s) URL", config.AppURL)
+		}
+		s.appOrigin = origin
+	}
 
 	v1 := engine.Group("/v1", s.requestDeadline)
 	v1.POST("/auth/register", s.handle(s.register))
@@ -163,6 +180,9 @@ func New(config *Config) (*gin.Engine, error) {
 
 	switch {
 	case config.RiverUI != nil && config.RiverUIUsername != "" && config.RiverUIPassword != "":
+		if _, ok := config.Limiter.Rules().Get(abuse.ActionRiverUILogin, abuse.ScopeIP); !ok {
+			return nil, fmt.Errorf("api: River UI needs the limiter's %s rule (per IP) to limit failed logins", abuse.ActionRiverUILogin)
+		}
 		s.mountRiverUI(engine, config.RiverUI, config.RiverUIUsername, config.RiverUIPassword)
 	case config.RiverUI != nil:
 		s.logger.WarnContext(context.Background(), "River UI not mounted: RIVERUI_USERNAME and RIVERUI_PASSWORD must both be set")

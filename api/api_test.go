@@ -152,10 +152,17 @@ func generousRules() abuse.Rules {
 	return rules
 }
 
-// countingConsumer counts the limiter's counter statements, to show a request touched none.
+// countingConsumer counts the limiter's counter statements, to show a request touched none:
+// calls those that spend, peeks those that only read.
 type countingConsumer struct {
 	abuse.Consumer
 	calls atomic.Int64
+	peeks atomic.Int64
+}
+
+func (c *countingConsumer) RateLimitCounterGet(ctx context.Context, params *db.RateLimitCounterGetParams) (int64, error) {
+	c.peeks.Add(1)
+	return c.Consumer.RateLimitCounterGet(ctx, params)
 }
 
 func (c *countingConsumer) RateLimitCounterConsume(ctx context.Context, params *db.RateLimitCounterConsumeParams) (int64, bool, error) {

@@ -27,14 +27,14 @@ type resetPasswordRequest struct {
 }
 
 // setTokenPageHeaders protects answers of the routes whose URLs carry tokens: the token must not
-// leak through the Referer of a link followed from the page, stay in a cache, or be framed.
-// The CSP also forbids scripts and outside resources altogether (the pages use neither) and
-// lets forms post only to the service itself.
+// leak through the Referer of a link followed from the page, stay in a cache, or be framed
+// (pageCSP).
 func setTokenPageHeaders(c *gin.Context) {
 	h := c.Writer.Header()
 	h.Set("Referrer-Policy", "no-referrer")
 	h.Set("Cache-Control", "no-store")
-	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
+	h.Set("Content-Security-Policy", pageCSP)
+	h.Set("X-Frame-Options", "DENY")
 }
 
 // plausibleToken cheaply refuses what cannot be a mailed token (base64url, bounded), so that

@@ -77,6 +77,13 @@ func (r *IPResolver) Trusted() []netip.Prefix {
 	return slices.Clone(r.trusted)
 }
 
+// TrustsPeer reports whether the TCP peer of a request (its RemoteAddr) is a trusted proxy,
+// whose other forwarding headers (X-Forwarded-Proto) may then be believed too.
+func (r *IPResolver) TrustsPeer(remoteAddr string) bool {
+	peer, ok := parseHostAddr(remoteAddr)
+	return ok && r.isTrusted(peer)
+}
+
 // isTrusted reports whether addr (already normalised) is a trusted proxy.
 func (r *IPResolver) isTrusted(addr netip.Addr) bool {
 	if r == nil {

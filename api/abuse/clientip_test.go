@@ -164,6 +164,25 @@ func TestIPResolver_ClientIP_UntrustedPeerIgnoresHeaders(t *testing.T) {
 	}
 }
 
+func TestIPResolver_TrustsPeer(t *testing.T) {
+	t.Parallel()
+
+	resolver := NewIPResolver([]netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("fd00::/8")})
+	for remoteAddr, want := range map[string]bool{
+		"10.1.2.3:443":          true,
+		"[::ffff:10.1.2.3]:443": true,
+		"[fd00::1]:443":         true,
+		"10.1.2.3":              true,
+		"192.0.2.1:443":         false,
+		"@":                     false,
+		"":                      false,
+	} {
+		require.Equal(t, want, resolver.TrustsPeer(remoteAddr), remoteAddr)
+	}
+	require.False(t, NewIPResolver(nil).TrustsPeer("10.1.2.3:443"))
+	require.False(t, (*IPResolver)(nil).TrustsPeer("10.1.2.3:443"))
+}
+
 func randomAddr(rng *rand.Rand) netip.Addr {
 	switch rng.IntN(4) {
 	case 0:

@@ -51,6 +51,7 @@ type Limiter struct {
 	now     func() time.Time
 	denied  *denyCache // nil when disabled
 	actions map[Action]actionRules
+	rules   Rules
 }
 
 // actionRules are the rules of one action, each with its metric counters resolved up front.
@@ -85,6 +86,7 @@ func NewLimiter(store Consumer, secret []byte, rules Rules, config *LimiterConfi
 		keys:    newKeyer(secret),
 		now:     config.NowFunc,
 		actions: make(map[Action]actionRules),
+		rules:   rules,
 	}
 	if l.now == nil {
 		l.now = time.Now
@@ -119,6 +121,10 @@ func NewLimiter(store Consumer, secret []byte, rules Rules, config *LimiterConfi
 	}
 	return l
 }
+
+// Rules returns the rules the Limiter enforces, so that a caller can check at start that the
+// actions it will ask about have one.
+func (l *Limiter) Rules() Rules { return l.rules }
 
 func registerDecisions(reg prometheus.Registerer) *prometheus.CounterVec {
 	vec := prometheus.NewCounterVec(prometheus.CounterOpts{

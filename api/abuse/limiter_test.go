@@ -624,6 +624,13 @@ func decisionsCount(t *testing.T, reg *prometheus.Registry, action, scope, outco
 	return 0
 }
 
+func TestLimiter_Rules(t *testing.T) {
+	t.Parallel()
+
+	rules := DefaultRules().With(Rule{Action: ActionRegister, Scope: ScopeIP, Limit: 9, Window: time.Hour})
+	require.Equal(t, rules.All(), NewLimiter(newMemConsumer(), testSecret, rules, nil).Rules().All())
+}
+
 func TestNewLimiter_Panics(t *testing.T) {
 	t.Parallel()
 

@@ -17,6 +17,9 @@ const (
 	ActionForgotPassword     Action = "forgot_password"
 	ActionResendVerification Action = "resend_verification"
 	ActionResetPassword      Action = "reset_password"
+	// ActionRiverUILogin counts failed basic-auth logins to River UI: the api package peeks at
+	// it before checking credentials and spends it only when they are wrong.
+	ActionRiverUILogin Action = "riverui_login"
 )
 
 // Scope is what a rule counts requests by.
@@ -139,6 +142,7 @@ type Rules struct {
 //	forgot_password      5 / 15m    3 / 1h
 //	resend_verification  6 / 15m    3 / 30m
 //	reset_password       10 / 15m   —
+//	riverui_login        10 / 15m   —   (failed River UI logins)
 func DefaultRules() Rules {
 	return Rules{rules: []Rule{
 		{Action: ActionRegister, Scope: ScopeIP, Limit: 5, Window: 15 * time.Minute},
@@ -148,6 +152,7 @@ func DefaultRules() Rules {
 		{Action: ActionResendVerification, Scope: ScopeIP, Limit: 6, Window: 15 * time.Minute},
 		{Action: ActionResendVerification, Scope: ScopeEmail, Limit: 3, Window: 30 * time.Minute},
 		{Action: ActionResetPassword, Scope: ScopeIP, Limit: 10, Window: 15 * time.Minute},
+		{Action: ActionRiverUILogin, Scope: ScopeIP, Limit: 10, Window: 15 * time.Minute},
 	}}
 }
 
