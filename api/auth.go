@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"strings"
 	"time"
-	"unicode"
 	"unicode/utf8"
 
 	"github.com/gin-gonic/gin"
@@ -22,7 +21,7 @@ import (
 const (
 	minPasswordLen = 8
 	maxPasswordLen = 256
-	maxNameLen     = 200
+	maxNameLen     = 100
 )
 
 type registerRequest struct {
@@ -289,18 +288,21 @@ func checkPassword(password string, fieldErrs *[]fieldError) {
 	*fieldErrs = append(*fieldErrs, fieldError{Pointer: "#/password", Detail: detail})
 }
 
-// checkName returns the trimmed name, or records why it is not acceptable: not UTF-8, control
-// characters, or over 200 code points. An empty name is fine.
+// checkName returns the trimmed name, or records why it is not acceptable: not UTF-8, over 100
+// code points, control, format or line-separator characters, or a URL, an email address or a
+// domain name in it (see nameCarriesLink). An empty name is fine.
 func checkName(name string, fieldErrs *[]fieldError) string {
 	name = strings.TrimSpace(name)
 	var detail string
 	switch {
 	case !utf8.ValidString(name):
 		detail = "Name must be valid UTF-8 text."
-	case strings.ContainsFunc(name, unicode.IsControl):
-		detail = "Name must not contain control characters."
 	case utf8.RuneCountInString(name) > maxNameLen:
 		detail = fmt.Sprintf("Name must be at most %d characters long.", maxNameLen)
+	case strings.ContainsFunc(name, invisibleInName):
+		detail = "Name must not contain control, formatting or line-separator characters."
+	case nameCarriesLink(name):
+		detail = "Name must not contain a web address, an email address or a domain name."
 	default:
 		return name
 	}
