@@ -200,6 +200,7 @@ type testBundle struct {
 type setupOpts struct {
 	rules      *abuse.Rules
 	trusted    []netip.Prefix
+	ipHeader   abuse.ClientIPHeader // CLIENT_IP_HEADER; "" is X-Forwarded-For
 	limiterNow func() time.Time
 	configFunc func(config *Config) // last changes to the config
 	skipRiver  bool                 // the store's River is configured already
@@ -226,7 +227,7 @@ func setup(t testing.TB, store db.Store, opts *setupOpts) *testBundle {
 	config := &Config{
 		Store:           store,
 		Limiter:         limiter,
-		IPResolver:      abuse.NewIPResolver(opts.trusted),
+		IPResolver:      abuse.NewIPResolver(opts.trusted).WithHeader(opts.ipHeader),
 		Secret:          testSecret,
 		AppURL:          "http://localhost:8080",
 		Logger:          slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),

@@ -57,6 +57,9 @@ type config struct {
 	TrustedProxies []netip.Prefix
 	Rules          abuse.Rules
 
+	// ClientIPHeader is CLIENT_IP_HEADER: the header a trusted proxy's client address is read from.
+	ClientIPHeader abuse.ClientIPHeader
+
 	RiverUIUsername string
 	RiverUIPassword string
 
@@ -103,6 +106,7 @@ func loadConfig(getenv func(string) string) (*config, error) {
 	cfg.MetricsAddr = p.metricsAddr()
 	cfg.AppSecret = p.secret(cfg.Engine)
 	cfg.TrustedProxies = p.trustedProxies()
+	cfg.ClientIPHeader = p.clientIPHeader()
 	cfg.Rules = p.rules()
 	cfg.Mailer = p.mailer(cfg)
 	cfg.LogFormat, cfg.LogLevel = p.logging()
@@ -262,6 +266,15 @@ func (p *envParser) trustedProxies() []netip.Prefix {
 		return nil
 	}
 	return prefixes
+}
+
+func (p *envParser) clientIPHeader() abuse.ClientIPHeader {
+	header, err := abuse.ParseClientIPHeader(p.getenv("CLIENT_IP_HEADER"))
+	if err != nil {
+		p.fail("CLIENT_IP_HEADER", "%v (X-Forwarded-For, the default, for proxies that append to it; X-Real-IP for a proxy that sets X-Real-IP and passes the client's X-Forwarded-For through)", err)
+		return abuse.HeaderXForwardedFor
+	}
+	return header
 }
 
 func (p *envParser) rules() abuse.Rules {

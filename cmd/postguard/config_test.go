@@ -40,6 +40,17 @@ func TestLoadConfig(t *testing.T) {
 		require.Empty(t, cfg.TrustedProxies)
 		require.Equal(t, abuse.DefaultRules().All(), cfg.Rules.All())
 		require.Equal(t, "127.0.0.1:9464", cfg.MetricsAddr)
+		require.Equal(t, abuse.HeaderXForwardedFor, cfg.ClientIPHeader)
+	})
+
+	t.Run("ClientIPHeader", func(t *testing.T) {
+		t.Parallel()
+
+		for value, want := range map[string]abuse.ClientIPHeader{"X-Forwarded-For": abuse.HeaderXForwardedFor, "X-Real-IP": abuse.HeaderXRealIP, "x-real-ip": abuse.HeaderXRealIP} {
+			cfg, err := loadConfig(envFunc(map[string]string{"CLIENT_IP_HEADER": value}))
+			require.NoError(t, err, value)
+			require.Equal(t, want, cfg.ClientIPHeader, value)
+		}
 	})
 
 	t.Run("MetricsAddr", func(t *testing.T) {
@@ -131,6 +142,7 @@ func TestLoadConfig(t *testing.T) {
 		{"LogLevel", map[string]string{"LOG_LEVEL": "loud"}, "LOG_LEVEL"},
 		{"RiverUIHalf", map[string]string{"RIVERUI_USERNAME": "admin"}, "RIVERUI_PASSWORD"},
 		{"MetricsAddr", map[string]string{"METRICS_ADDR": "localhost"}, "METRICS_ADDR"},
+		{"ClientIPHeader", map[string]string{"CLIENT_IP_HEADER": "Forwarded"}, "CLIENT_IP_HEADER"},
 		{"MetricsAddrPort", map[string]string{"METRICS_ADDR": "127.0.0.1:99999"}, "METRICS_ADDR"},
 	} {
 		t.Run("Invalid"+tt.name, func(t *testing.T) {

@@ -271,7 +271,7 @@ func (c *serverCommand) handler(ctx context.Context, cfg *config, logger *slog.L
 	apiConfig := &api.Config{
 		Store:           store,
 		Limiter:         limiter,
-		IPResolver:      abuse.NewIPResolver(cfg.TrustedProxies),
+		IPResolver:      abuse.NewIPResolver(cfg.TrustedProxies).WithHeader(cfg.ClientIPHeader),
 		Secret:          secret,
 		AppURL:          cfg.AppURL,
 		Logger:          logger,
