@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -575,4 +576,96 @@ func TestServe_RiverUICrossSiteRetry(t *testing.T) {
 
 		require.NoError(t, server.stop(t))
 	})
+}
+
+// TestServe_RiverUIBrowserCrossSite is the cross-site retry in a real headless Chromium holding
+// River UI's credentials: a page of another origin auto-submits a <form enctype="text/plain">
+// to River UI's retry API. The browser sends it with the credentials, as it would with cached
+// basic auth; the service refuses it, and the completed job stays completed.
+func TestServe_RiverUIBrowserCrossSite(t *testing.T) {
+	t.Parallel()
+
+	chromium := opsChromium(t)
+	userDataDir := t.TempDir()
+
+	server := startServer(t, roleServe, opsWithRiverUI(map[string]string{
+		"DATABASE_URL": "sqlite://" + filepath.Join(t.TempDir(), "postguard.db"),
+		"MAILER":       "log",
+	}))
+	status, body := opsRegister(t, server.URL, "grace.hopper@example.com")
+	require.Equal(t, http.StatusCreated, status, body)
+	var welcome opsRiverUIJob
+	require.Eventually(t, func() bool {
+		for _, job := range opsRiverUIJobs(t, server.URL, "completed") {
+			if job.Kind == "welcome_email" {
+				welcome = job
+				return true
+			}
+		}
+		return false
+	}, 20*time.Second, 50*time.Millisecond, "welcome mail not sent; logs:\n%s", server.Logs.String())
+
+	// The other site: another origin (another port), whose page posts to River UI at once. The
+	// text/plain body of name={"ids":["N"],"x":" and value="} is JSON River UI reads.
+	evil := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		fmt.Fprintf(w, `<!doctype html><form id="f" method="post" enctype="text/plain" action="%s/riverui/api/jobs/retry">`+
+			`<input type="hidden" name='{"ids":["%d"],"x":"' value='"}'></form><script>document.getElementById("f").submit()</script>`,
+			server.URL, welcome.ID)
+	}))
+	t.Cleanup(evil.Close)
+
+	testCtx, cancelTest := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancelTest)
+	browserLog := &syncBuffer{}
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(testCtx,
+		chromedp.ExecPath(chromium),
+		chromedp.Headless,
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.UserDataDir(userDataDir),
+		chromedp.CombinedOutput(browserLog),
+	)
+	t.Cleanup(cancelAlloc)
+	ctx, cancelBrowser := chromedp.NewContext(allocCtx)
+	t.Cleanup(cancelBrowser)
+	defer func() {
+		if t.Failed() {
+			opsBrowserFailure(t, ctx, browserLog, server)
+		}
+	}()
+
+	_, err := chromedp.Call(ctx, network.Enable, network.EnableParams{})
+	require.NoError(t, err, "error starting chromium")
+	auth := "Basic " + base64.StdEncoding.EncodeToString([]byte(opsRiverUIUser+":"+opsRiverUIPassword))
+	_, err = chromedp.Call(ctx, network.SetExtraHTTPHeaders, network.SetExtraHTTPHeadersParams{
+		Headers: network.Headers{"Authorization": auth},
+	})
+	require.NoError(t, err)
+
+	stepCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	_, err = chromedp.Run(stepCtx, chromedp.NavigateResponse(evil.URL))
+	require.NoError(t, err)
+	_, err = chromedp.Run(stepCtx, chromedp.Poll[bool](
+		`location.href.includes('/riverui/api/jobs/retry') && document.body !== null && document.body.innerText.length > 0`,
+		chromedp.WithPollingInterval(50*time.Millisecond), chromedp.WithPollingTimeout(25*time.Second)))
+	require.NoError(t, err, "the form was not submitted")
+	text, err := chromedp.Run(stepCtx, chromedp.Evaluate[string](`document.body.innerText`))
+	require.NoError(t, err)
+	require.Contains(t, text, `"status":403`, "the browser's cross-site post was not refused")
+
+	raw := opsRiverUIJobRaw(t, server.URL, welcome.ID)
+	var job struct {
+		State   string `json:"state"`
+		Attempt int    `json:"attempt"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(raw), &job))
+	require.Equal(t, "completed", job.State, "the cross-site post retried the job")
+	require.Equal(t, 1, job.Attempt)
+	require.NoError(t, server.stop(t))
 }
