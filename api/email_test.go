@@ -152,7 +152,7 @@ func BenchmarkNormalizeEmail(b *testing.B) {
 	}
 }
 
-// The reproduction: one mailbox under IDNA twins made several accounts and buckets.
+// Every IDNA spelling of one mailbox is one account and one rate-limit bucket.
 func TestServer_EmailDomainTwinsAreOneAccount(t *testing.T) {
 	t.Parallel()
 

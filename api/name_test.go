@@ -104,8 +104,8 @@ func TestCheckName(t *testing.T) {
 	}
 }
 
-// The reproduction: a name that would carry a phishing message into mail sent to an
-// address nobody verified is refused at register, and nothing is written.
+// A name that would carry a phishing message into mail sent to an address nobody verified is
+// refused at register, and nothing is written.
 func TestServer_RegisterRefusesMessageInName(t *testing.T) {
 	t.Parallel()
 
