@@ -6,9 +6,11 @@ import (
 	"crypto/subtle"
 	_ "embed"
 	"fmt"
+	"hash/fnv"
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -133,17 +135,35 @@ func normalizeOrigin(origin string) (string, bool) {
 	return u.Scheme + "://" + host, true
 }
 
+// loginStripes is how many locks serialize River UI logins, by client IP bucket.
+const loginStripes = 64
+
 // riverUIAuth is River UI's HTTP basic auth, with a limit on failed logins per client IP
 // (abuse.ActionRiverUILogin, 10 per 15 minutes by default) counted in the database, so that it
 // holds across API processes. The limit is peeked at first: while it is reached, every request
 // is answered 429, right credentials included, or a 200 among the 429s would tell a guesser the
 // password. Only a request that carried wrong credentials spends it; one without any (a
 // browser's first request, before it prompts) is a 401 challenge that guesses nothing.
+//
+// Peek, compare, spend is not one statement, so a burst of concurrent guesses could all peek
+// before any spends and have more guesses compared than the limit allows. Each process therefore
+// runs one client IP's logins one at a time (a lock per stripe of IP buckets): a burst gains
+// nothing within a process, and across N processes at most N-1 guesses beyond the limit.
 func (s *server) riverUIAuth(username, password string) handlerFunc {
 	check := basicAuth(username, password)
+	var stripes [loginStripes]sync.Mutex
 	return func(c *gin.Context) error {
-		ctx := c.Request.Context()
+		// River UI's routes have no request deadline of their own; the lock must not be held
+		// for longer than a /v1 request may wait on the database.
+		ctx, cancel := context.WithTimeout(c.Request.Context(), s.requestTimeout)
+		defer cancel()
 		ip := s.ips.ClientIP(c.Request.RemoteAddr, c.Request.Header)
+		stripe := fnv.New32a()
+		_, _ = stripe.Write([]byte(abuse.BucketKey(ip)))
+		mu := &stripes[stripe.Sum32()%loginStripes]
+		mu.Lock()
+		defer mu.Unlock()
+
 		decision, err := s.limiter.Peek(ctx, abuse.ActionRiverUILogin, ip, "")
 		if err != nil {
 			return fmt.Errorf("error checking River UI's failed logins: %w", err)

@@ -249,6 +249,28 @@ func TestServer_RiverUILoginLimit(t *testing.T) {
 		offset.Store(0)
 	})
 
+	t.Run("ConcurrentGuesses", func(t *testing.T) {
+		t.Parallel()
+
+		// Fifty guesses at once from one IP: ten are compared with the password (401), the rest
+		// refused unseen (429). Every compared wrong guess spends the counter once, so the
+		// counter statements tell how many guesses were compared.
+		bundle := setup(t, dbtest.NewPostgres(t), &setupOpts{rules: &rules, configFunc: withRiverUI(&riverUIStub{})})
+		var n atomic.Int64
+		codes := concurrently(t, 50, func() *http.Request {
+			req := httptest.NewRequest(http.MethodGet, "/riverui/", nil)
+			req.RemoteAddr = "198.51.100.40:4000"
+			req.SetBasicAuth(riverUIUser, "guess "+itoa(n.Add(1)))
+			return req
+		}, bundle.router)
+		counts := map[int]int{}
+		for _, code := range codes {
+			counts[code]++
+		}
+		require.Equal(t, map[int]int{http.StatusUnauthorized: 10, http.StatusTooManyRequests: 40}, counts)
+		require.Equal(t, int64(10), bundle.consumer.calls.Load(), "guesses compared beyond the limit")
+	})
+
 	t.Run("AcrossProcesses", func(t *testing.T) {
 		t.Parallel()
 
