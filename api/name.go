@@ -32,11 +32,12 @@ var reservedTLDs = map[string]bool{
 }
 
 // nameCarriesLink reports whether name holds a URL, an email address or a domain name. It looks
-// at name the way a reader and a mail client would: compatibility forms folded (fullwidth "ｅｖｉｌ．ｃｏｍ"
-// is evil.com), ideographic full stops read as dots, case ignored. A domain name is a word of
-// letters, digits and hyphens with dots inside it (not only at its end, as in "Dr." or
-// "J. R. R.") whose last label is a top-level domain, or which starts with "www."; a dotted IPv4
-// address counts too. "Dr. Ada" and "J. R. R. Tolkien" are names; "paypal.com" is not.
+// at name the way a reader and a mail client would: compatibility forms folded (fullwidth
+// "ｅｖｉｌ．ｃｏｍ" is evil.com), ideographic full stops read as dots, case ignored. A domain
+// name is a word of letters, digits and hyphens with dots inside it (not only at its end, as in
+// "Dr." or "J. R. R.") whose last label is a top-level domain, or which starts with "www."; a
+// dotted IPv4 address counts too. "Dr. Ada" and "J. R. R. Tolkien" are names; "paypal.com" is
+// not.
 func nameCarriesLink(name string) bool {
 	folded := strings.ToLower(strings.Map(func(r rune) rune {
 		if r == '\u3002' { // ideographic full stop, which IDNA reads as a dot
