@@ -139,6 +139,12 @@ type RateLimitCounterConsumeParams struct {
 	Limit       int64
 }
 
+// RateLimitCounterGetParams names one fixed window of one key.
+type RateLimitCounterGetParams struct {
+	KeyHash     []byte
+	WindowStart time.Time
+}
+
 // Queries are the app's statements. A Store runs them on its own connection (each statement
 // commits alone); the Tx passed to Store.InTx runs them in one transaction.
 type Queries interface {
@@ -166,6 +172,9 @@ type Queries interface {
 	// EmailTokenConsume marks an unused, unexpired token of the purpose used and returns its user
 	// id; ErrNotFound when the token is unknown, of another purpose, expired or used.
 	EmailTokenConsume(ctx context.Context, tokenHash []byte, purpose TokenPurpose, now time.Time) (int64, error)
+	// EmailTokenLookup returns the user id of an unused, unexpired token of the purpose without
+	// using it; ErrNotFound when the token is unknown, of another purpose, expired or used.
+	EmailTokenLookup(ctx context.Context, tokenHash []byte, purpose TokenPurpose, now time.Time) (int64, error)
 	// EmailTokenInvalidateUser marks all of a user's unused tokens of a purpose used.
 	EmailTokenInvalidateUser(ctx context.Context, userID int64, purpose TokenPurpose, now time.Time) error
 
@@ -214,6 +223,9 @@ type Store interface {
 	// RateLimitCounterConsume spends one request of a window in one atomic statement, outside any
 	// other transaction. ok is false (and nothing counted) when the window is at its limit.
 	RateLimitCounterConsume(ctx context.Context, params *RateLimitCounterConsumeParams) (count int64, ok bool, err error)
+	// RateLimitCounterGet reads how many requests a window has counted (0 when none), spending
+	// nothing, outside any other transaction.
+	RateLimitCounterGet(ctx context.Context, params *RateLimitCounterGetParams) (int64, error)
 	// RateLimitCounterDeleteExpired deletes up to max counters whose window ended before before.
 	RateLimitCounterDeleteExpired(ctx context.Context, before time.Time, max int) (int64, error)
 	// EmailTokenDeleteExpired deletes up to max tokens that expired before before.

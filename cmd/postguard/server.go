@@ -43,6 +43,10 @@ type serverCommand struct {
 	// readyFunc, when set, is called with the listener's address once the process serves (tests).
 	readyFunc func(addr net.Addr)
 
+	// metricsReadyFunc, when set, is called with the metrics listener's address (METRICS_ADDR)
+	// just before readyFunc, when there is one (tests).
+	metricsReadyFunc func(addr net.Addr)
+
 	// apiConfigFunc, when set, makes last changes to the API's config before its router is built
 	// (tests: a short RequestTimeout, so a database outage is seen in seconds).
 	apiConfigFunc func(config *api.Config)
@@ -132,13 +136,24 @@ func (c *serverCommand) Run(ctx context.Context, env *commandEnv) error {
 	if err != nil {
 		return fmt.Errorf("error listening on HTTP_ADDR %s: %w", cfg.HTTPAddr, err)
 	}
-	server := &http.Server{
-		Handler:           handler,
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       15 * time.Second,
-		WriteTimeout:      30 * time.Second,
-		IdleTimeout:       60 * time.Second,
-		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	server := newHTTPServer(handler, logger)
+
+	// /metrics has a listener of its own on the roles that serve the public API: its delivery
+	// counts by kind would tell anyone which addresses have accounts. A worker serves it on
+	// HTTP_ADDR, which serves nothing else of interest.
+	var metricsListener net.Listener
+	var metricsServer *http.Server
+	if c.role.serves() && cfg.MetricsAddr != "" {
+		metricsHandler, err := api.MetricsRouter(&api.Config{Logger: logger, Registerer: registry, Gatherer: registry})
+		if err != nil {
+			return err
+		}
+		metricsListener, err = (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.MetricsAddr)
+		if err != nil {
+			_ = listener.Close()
+			return fmt.Errorf("error listening on METRICS_ADDR %s: %w", cfg.MetricsAddr, err)
+		}
+		metricsServer = newHTTPServer(metricsHandler, logger)
 	}
 
 	// River runs on a context SIGTERM does not cancel, so the shutdown below decides the order.
@@ -149,11 +164,20 @@ func (c *serverCommand) Run(ctx context.Context, env *commandEnv) error {
 		}
 	}
 
-	serveErr := make(chan error, 1)
+	serveErr := make(chan error, 2)
 	go func() { serveErr <- server.Serve(listener) }()
-	logger.InfoContext(ctx, "postguard started",
+	started := []any{
 		slog.String("role", string(c.role)), slog.String("engine", store.Engine()),
-		slog.String("addr", listener.Addr().String()), slog.String("mailer", cfg.Mailer))
+		slog.String("addr", listener.Addr().String()), slog.String("mailer", cfg.Mailer),
+	}
+	if metricsServer != nil {
+		go func() { serveErr <- metricsServer.Serve(metricsListener) }()
+		started = append(started, slog.String("metrics_addr", metricsListener.Addr().String()))
+	}
+	logger.InfoContext(ctx, "postguard started", started...)
+	if c.metricsReadyFunc != nil && metricsListener != nil {
+		c.metricsReadyFunc(metricsListener.Addr())
+	}
 	if c.readyFunc != nil {
 		c.readyFunc(listener.Addr())
 	}
@@ -165,17 +189,38 @@ func (c *serverCommand) Run(ctx context.Context, env *commandEnv) error {
 	case err := <-serveErr:
 		runErr = fmt.Errorf("error serving HTTP: %w", err)
 	}
-	return errors.Join(runErr, c.shutdown(riverCtx, cfg, logger, server, store))
+	return errors.Join(runErr, c.shutdown(riverCtx, cfg, logger, server, metricsServer, store))
+}
+
+// newHTTPServer is an HTTP server for handler with the service's timeouts.
+func newHTTPServer(handler http.Handler, logger *slog.Logger) *http.Server {
+	return &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       15 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       60 * time.Second,
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
 }
 
 // shutdown stops taking requests and lets running requests and jobs finish within
-// SHUTDOWN_TIMEOUT, HTTP and River at the same time.
-func (c *serverCommand) shutdown(ctx context.Context, cfg *config, logger *slog.Logger, server *http.Server, store db.Store) error {
+// SHUTDOWN_TIMEOUT, HTTP (both listeners; metrics may be nil) and River at the same time.
+func (c *serverCommand) shutdown(ctx context.Context, cfg *config, logger *slog.Logger, server, metrics *http.Server, store db.Store) error {
 	httpDone := make(chan error, 1)
 	go func() {
 		shutdownCtx, cancel := context.WithTimeout(ctx, cfg.ShutdownTimeout)
 		defer cancel()
-		httpDone <- server.Shutdown(shutdownCtx)
+		metricsDone := make(chan error, 1)
+		go func() {
+			if metrics == nil {
+				metricsDone <- nil
+				return
+			}
+			metricsDone <- metrics.Shutdown(shutdownCtx)
+		}()
+		err := server.Shutdown(shutdownCtx)
+		httpDone <- errors.Join(err, <-metricsDone)
 	}()
 
 	var riverErr error
@@ -226,7 +271,7 @@ func (c *serverCommand) handler(ctx context.Context, cfg *config, logger *slog.L
 	apiConfig := &api.Config{
 		Store:           store,
 		Limiter:         limiter,
-		IPResolver:      abuse.NewIPResolver(cfg.TrustedProxies),
+		IPResolver:      abuse.NewIPResolver(cfg.TrustedProxies).WithHeader(cfg.ClientIPHeader),
 		Secret:          secret,
 		AppURL:          cfg.AppURL,
 		Logger:          logger,

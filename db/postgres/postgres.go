@@ -275,6 +275,22 @@ func (s *Store) RateLimitCounterConsume(ctx context.Context, params *db.RateLimi
 	return count, true, nil
 }
 
+// RateLimitCounterGet reads a window's count on the rate-limit pool, with the checks that spend
+// it; 0 when the window has counted nothing yet.
+func (s *Store) RateLimitCounterGet(ctx context.Context, params *db.RateLimitCounterGetParams) (int64, error) {
+	count, err := dbsqlc.New().RateLimitCounterGet(ctx, s.rateLimitPool, dbsqlc.RateLimitCounterGetParams{
+		KeyHash:     params.KeyHash,
+		WindowStart: params.WindowStart,
+	})
+	if err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return 0, nil
+		}
+		return 0, fmt.Errorf("error reading rate limit counter: %w", interpretError(err))
+	}
+	return count, nil
+}
+
 // RateLimitCounterDeleteExpired deletes up to limit counters whose window ended before before.
 func (s *Store) RateLimitCounterDeleteExpired(ctx context.Context, before time.Time, limit int) (int64, error) {
 	deleted, err := dbsqlc.New().RateLimitCounterDeleteExpired(ctx, s.pool, dbsqlc.RateLimitCounterDeleteExpiredParams{
@@ -426,6 +442,19 @@ func (e *executor) EmailTokenInsert(ctx context.Context, params *db.EmailTokenIn
 		return fmt.Errorf("error inserting email token: %w", interpretError(err))
 	}
 	return nil
+}
+
+// EmailTokenLookup implements db.Queries.EmailTokenLookup.
+func (e *executor) EmailTokenLookup(ctx context.Context, tokenHash []byte, purpose db.TokenPurpose, now time.Time) (int64, error) {
+	userID, err := dbsqlc.New().EmailTokenLookup(ctx, e.dbtx, dbsqlc.EmailTokenLookupParams{
+		Now:       now,
+		Purpose:   string(purpose),
+		TokenHash: tokenHash,
+	})
+	if err != nil {
+		return 0, fmt.Errorf("error looking up email token: %w", interpretError(err))
+	}
+	return userID, nil
 }
 
 // EmailTokenInvalidateUser implements db.Queries.EmailTokenInvalidateUser.

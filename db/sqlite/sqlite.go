@@ -259,6 +259,21 @@ func (s *Store) RateLimitCounterConsume(ctx context.Context, params *db.RateLimi
 	return count, true, nil
 }
 
+// RateLimitCounterGet reads a window's count; 0 when the window has counted nothing yet.
+func (s *Store) RateLimitCounterGet(ctx context.Context, params *db.RateLimitCounterGetParams) (int64, error) {
+	count, err := dbsqlc.New().RateLimitCounterGet(ctx, s.db, dbsqlc.RateLimitCounterGetParams{
+		KeyHash:     params.KeyHash,
+		WindowStart: params.WindowStart.UnixMicro(),
+	})
+	if err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return 0, nil
+		}
+		return 0, fmt.Errorf("error reading rate limit counter: %w", err)
+	}
+	return count, nil
+}
+
 // RateLimitCounterDeleteExpired deletes up to limit counters whose window ended before before.
 func (s *Store) RateLimitCounterDeleteExpired(ctx context.Context, before time.Time, limit int) (int64, error) {
 	deleted, err := dbsqlc.New().RateLimitCounterDeleteExpired(ctx, s.db, dbsqlc.RateLimitCounterDeleteExpiredParams{
@@ -403,6 +418,19 @@ func (e *executor) EmailTokenInsert(ctx context.Context, params *db.EmailTokenIn
 		return fmt.Errorf("error inserting email token: %w", err)
 	}
 	return nil
+}
+
+// EmailTokenLookup implements db.Queries.EmailTokenLookup.
+func (e *executor) EmailTokenLookup(ctx context.Context, tokenHash []byte, purpose db.TokenPurpose, now time.Time) (int64, error) {
+	userID, err := dbsqlc.New().EmailTokenLookup(ctx, e.dbtx, dbsqlc.EmailTokenLookupParams{
+		Now:       now.UnixMicro(),
+		Purpose:   string(purpose),
+		TokenHash: tokenHash,
+	})
+	if err != nil {
+		return 0, fmt.Errorf("error looking up email token: %w", interpretError(err))
+	}
+	return userID, nil
 }
 
 // EmailTokenInvalidateUser implements db.Queries.EmailTokenInvalidateUser.
