@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"runtime"
 	"time"
 
@@ -38,7 +39,7 @@ import (
 const MaxBodyBytes = 64 << 10
 
 // Config holds a router's dependencies. Store, Limiter and Secret are required by New;
-// HealthRouter needs only Store. Everything else has a default.
+// HealthRouter needs only Store, MetricsRouter nothing. Everything else has a default.
 type Config struct {
 	// Store is the database (either engine). Its River client must be configured (insert-only is
 	// enough) before a request inserts a job.
@@ -55,15 +56,17 @@ type Config struct {
 	// Secret is APP_SECRET (at least 32 bytes); it checks unsubscribe tokens.
 	Secret []byte
 
-	// AppURL is APP_URL, the public base URL of the service. Informational for now: the HTML
-	// pages use relative form actions so that they work behind any path prefix.
+	// AppURL is APP_URL, the public base URL of the service. Its origin is one of the service's
+	// own for River UI's cross-site check (behind a proxy that rewrites Host); the HTML pages use
+	// relative form actions so that they work behind any path prefix.
 	AppURL string
 
 	// Logger receives the access log and error logs; slog.Default() when nil.
 	Logger *slog.Logger
 
 	// Registerer receives postguard_http_requests_total and
-	// postguard_http_request_duration_seconds. Gatherer is what /metrics serves. When both are
+	// postguard_http_request_duration_seconds. Gatherer is what /metrics serves (HealthRouter
+	// and MetricsRouter; New's router has no /metrics). When both are
 	// nil a private registry serves as both; when only Registerer is set and it is also a
 	// Gatherer (a *prometheus.Registry), it is served.
 	Registerer prometheus.Registerer
@@ -78,6 +81,10 @@ type Config struct {
 	// HashConcurrency bounds concurrent argon2id hashes (each takes 19 MiB), so a burst of
 	// registrations cannot exhaust memory. Default runtime.GOMAXPROCS(0): the CPUs this process may use, a container quota included.
 	HashConcurrency int
+
+	// PasswordHasher hashes the passwords of register and reset-password; nil means the
+	// service's argon2id hasher, bounded by HashConcurrency.
+	PasswordHasher PasswordHasher
 
 	// NowFunc returns the current time for the database writes; time.Now when nil.
 	NowFunc func() time.Time
@@ -102,13 +109,16 @@ type server struct {
 	secret  []byte
 	logger  *slog.Logger
 	now     func() time.Time
-	hasher  *passwordHasher
+	hasher  PasswordHasher
 	metrics *httpMetrics
 
 	gatherer prometheus.Gatherer
 
 	// requestTimeout is Config.RequestTimeout (see requestDeadline).
 	requestTimeout time.Duration
+
+	// appOrigin is AppURL's origin (normalizeOrigin), "" when AppURL is unset.
+	appOrigin string
 
 	// uniformMin is the least time forgot-password and resend-verification take once the
 	// limiter let them through, so the answer's timing does not tell a known email from an
@@ -120,11 +130,16 @@ type server struct {
 // of a known email adds, well below what a person notices.
 const uniformAnswerMin = 100 * time.Millisecond
 
-// New returns the router of the `api` and `serve` roles: every route of DESIGN.md's HTTP
-// contract, /openapi.yaml, and River UI when configured. It sets Gin's global mode to release.
+// New returns the public router of the `api` and `serve` roles: every route of DESIGN.md's HTTP
+// contract, /openapi.yaml, and River UI when configured. /metrics is not one of them (404): its
+// delivery counts by kind would tell anyone which addresses have accounts, so it is served by
+// MetricsRouter on a listener of its own. New sets Gin's global mode to release.
 func New(config *Config) (*gin.Engine, error) {
 	if config == nil {
 		return nil, errors.New("api: nil config")
+	}
+	if config.Store == nil {
+		return nil, errors.New("api: Config.Store is required")
 	}
 	if config.Limiter == nil {
 		return nil, errors.New("api: Config.Limiter is required")
@@ -135,6 +150,18 @@ func New(config *Config) (*gin.Engine, error) {
 	s, engine, err := newServer(config)
 	if err != nil {
 		return nil, err
+	}
+	if config.AppURL != "" {
+		u, err := url.Parse(config.AppURL)
+		var origin string
+		ok := err == nil
+		if ok {
+			origin, ok = normalizeOrigin(u.Scheme + "://" + u.Host)
+		}
+		if !ok {
+			return nil, fmt.Errorf("api: Config.AppURL %q is not an absolute http(s) URL", config.AppURL)
+		}
+		s.appOrigin = origin
 	}
 
 	v1 := engine.Group("/v1", s.requestDeadline)
@@ -153,6 +180,9 @@ func New(config *Config) (*gin.Engine, error) {
 
 	switch {
 	case config.RiverUI != nil && config.RiverUIUsername != "" && config.RiverUIPassword != "":
+		if _, ok := config.Limiter.Rules().Get(abuse.ActionRiverUILogin, abuse.ScopeIP); !ok {
+			return nil, fmt.Errorf("api: River UI needs the limiter's %s rule (per IP) to limit failed logins", abuse.ActionRiverUILogin)
+		}
 		s.mountRiverUI(engine, config.RiverUI, config.RiverUIUsername, config.RiverUIPassword)
 	case config.RiverUI != nil:
 		s.logger.WarnContext(context.Background(), "River UI not mounted: RIVERUI_USERNAME and RIVERUI_PASSWORD must both be set")
@@ -167,11 +197,30 @@ func HealthRouter(config *Config) (*gin.Engine, error) {
 	if config == nil {
 		return nil, errors.New("api: nil config")
 	}
+	if config.Store == nil {
+		return nil, errors.New("api: Config.Store is required")
+	}
 	s, engine, err := newServer(config)
 	if err != nil {
 		return nil, err
 	}
 	s.mountHealth(engine)
+	s.mountMetrics(engine)
+	return engine, nil
+}
+
+// MetricsRouter returns the router of the metrics listener (METRICS_ADDR) of the `api` and
+// `serve` roles: /metrics and nothing else. It needs no store: a scrape never waits on the
+// database.
+func MetricsRouter(config *Config) (*gin.Engine, error) {
+	if config == nil {
+		return nil, errors.New("api: nil config")
+	}
+	s, engine, err := newServer(config)
+	if err != nil {
+		return nil, err
+	}
+	s.mountMetrics(engine)
 	return engine, nil
 }
 
@@ -179,10 +228,6 @@ func HealthRouter(config *Config) (*gin.Engine, error) {
 // (request id, access log and metrics, recover, body limit, security headers) and its 404/405
 // problem answers.
 func newServer(config *Config) (*server, *gin.Engine, error) {
-	if config.Store == nil {
-		return nil, nil, errors.New("api: Config.Store is required")
-	}
-
 	registerer, gatherer := config.Registerer, config.Gatherer
 	if registerer == nil && gatherer == nil {
 		registry := prometheus.NewRegistry()
@@ -210,7 +255,7 @@ func newServer(config *Config) (*server, *gin.Engine, error) {
 		secret:     config.Secret,
 		logger:     cmp.Or(config.Logger, slog.Default()),
 		now:        config.NowFunc,
-		hasher:     newPasswordHasher(cmp.Or(config.HashConcurrency, runtime.GOMAXPROCS(0))),
+		hasher:     config.PasswordHasher,
 		metrics:    metrics,
 		gatherer:   gatherer,
 		uniformMin: uniformAnswerMin,
@@ -219,6 +264,9 @@ func newServer(config *Config) (*server, *gin.Engine, error) {
 	}
 	if s.ips == nil {
 		s.ips = abuse.NewIPResolver(nil)
+	}
+	if s.hasher == nil {
+		s.hasher = newPasswordHasher(cmp.Or(config.HashConcurrency, runtime.GOMAXPROCS(0)))
 	}
 	if s.now == nil {
 		s.now = time.Now
@@ -251,10 +299,14 @@ func newServer(config *Config) (*server, *gin.Engine, error) {
 	return s, engine, nil
 }
 
-// mountHealth adds /healthz, /readyz and /metrics.
+// mountHealth adds /healthz and /readyz.
 func (s *server) mountHealth(engine *gin.Engine) {
 	engine.GET("/healthz", s.healthz)
 	engine.GET("/readyz", s.handle(s.readyz))
+}
+
+// mountMetrics adds /metrics.
+func (s *server) mountMetrics(engine *gin.Engine) {
 	metrics := promhttp.HandlerFor(s.gatherer, promhttp.HandlerOpts{
 		ErrorLog:      slog.NewLogLogger(s.logger.Handler(), slog.LevelError),
 		ErrorHandling: promhttp.ContinueOnError,

@@ -152,10 +152,17 @@ func generousRules() abuse.Rules {
 	return rules
 }
 
-// countingConsumer counts the limiter's counter statements, to show a request touched none.
+// countingConsumer counts the limiter's counter statements, to show a request touched none:
+// calls those that spend, peeks those that only read.
 type countingConsumer struct {
 	abuse.Consumer
 	calls atomic.Int64
+	peeks atomic.Int64
+}
+
+func (c *countingConsumer) RateLimitCounterGet(ctx context.Context, params *db.RateLimitCounterGetParams) (int64, error) {
+	c.peeks.Add(1)
+	return c.Consumer.RateLimitCounterGet(ctx, params)
 }
 
 func (c *countingConsumer) RateLimitCounterConsume(ctx context.Context, params *db.RateLimitCounterConsumeParams) (int64, bool, error) {
@@ -193,13 +200,14 @@ type testBundle struct {
 type setupOpts struct {
 	rules      *abuse.Rules
 	trusted    []netip.Prefix
+	ipHeader   abuse.ClientIPHeader // CLIENT_IP_HEADER; "" is X-Forwarded-For
 	limiterNow func() time.Time
 	configFunc func(config *Config) // last changes to the config
 }
 
 // setup builds a router on store (an insert-only River client is enough) with generous
 // rate limits unless opts says otherwise, logging at debug level into bundle.logs.
-func setup(t *testing.T, store db.Store, opts *setupOpts) *testBundle {
+func setup(t testing.TB, store db.Store, opts *setupOpts) *testBundle {
 	t.Helper()
 	if opts == nil {
 		opts = &setupOpts{}
@@ -209,13 +217,13 @@ func setup(t *testing.T, store db.Store, opts *setupOpts) *testBundle {
 		rules = *opts.rules
 	}
 	consumer := &countingConsumer{Consumer: store}
-	limiter := abuse.NewLimiter(consumer, testSecret, rules, &abuse.LimiterConfig{NowFunc: opts.limiterNow})
-	logs := &syncBuffer{}
 	registry := prometheus.NewRegistry()
+	limiter := abuse.NewLimiter(consumer, testSecret, rules, &abuse.LimiterConfig{NowFunc: opts.limiterNow, Registerer: registry})
+	logs := &syncBuffer{}
 	config := &Config{
 		Store:           store,
 		Limiter:         limiter,
-		IPResolver:      abuse.NewIPResolver(opts.trusted),
+		IPResolver:      abuse.NewIPResolver(opts.trusted).WithHeader(opts.ipHeader),
 		Secret:          testSecret,
 		AppURL:          "http://localhost:8080",
 		Logger:          slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"strings"
 	"time"
-	"unicode"
 	"unicode/utf8"
 
 	"github.com/gin-gonic/gin"
@@ -22,7 +21,7 @@ import (
 const (
 	minPasswordLen = 8
 	maxPasswordLen = 256
-	maxNameLen     = 200
+	maxNameLen     = 100
 )
 
 type registerRequest struct {
@@ -72,7 +71,7 @@ func (s *server) register(c *gin.Context) error {
 	}
 
 	ctx := c.Request.Context()
-	hash, err := s.hasher.hash(ctx, req.Password)
+	hash, err := s.hasher.Hash(ctx, req.Password)
 	if err != nil {
 		return err
 	}
@@ -125,10 +124,11 @@ func (s *server) resendVerification(c *gin.Context) error {
 	})
 }
 
-// uniformAnswer runs a route whose answer must not tell whether an email belongs to an account:
-// validate the body {"email"}, spend the rate-limit allowance, look the user up and, when found,
-// call ifFound in a transaction. Every branch answers the same status, headers and body (202,
-// answer), and none returns early for an unknown email.
+// uniformAnswer runs a route whose answer must not tell whether an email belongs to an account,
+// nor whether anyone asked about it lately: validate the body {"email"}, spend the rate-limit
+// allowance (see allowQuietly), and, when the email rule admitted the request, look the user up
+// and, when found, call ifFound in a transaction. Every branch answers the same status, headers
+// and body (202, answer), and none returns early for an unknown or refused email.
 //
 // Timing: an unknown email costs one lookup; a known one adds a transaction with a job insert (a
 // millisecond or so). The answer is held until at least server.uniformMin (100 ms) has passed
@@ -152,21 +152,25 @@ func (s *server) uniformAnswer(c *gin.Context, action abuse.Action, answer []byt
 		return validationError(fieldErrs)
 	}
 
-	if err := s.allow(c, action, email); err != nil {
+	admitted, err := s.allowQuietly(c, action, email)
+	if err != nil {
 		return err
 	}
 
 	ctx := c.Request.Context()
-	user, err := s.store.UserGetByEmail(ctx, email)
-	switch {
-	case errors.Is(err, db.ErrNotFound):
-		err = nil
-	case err != nil:
-		err = fmt.Errorf("error looking up user: %w", err)
-	default:
-		err = s.store.InTx(ctx, func(ctx context.Context, tx db.Tx) error {
-			return ifFound(ctx, tx, user)
-		})
+	if admitted {
+		var user *db.User
+		user, err = s.store.UserGetByEmail(ctx, email)
+		switch {
+		case errors.Is(err, db.ErrNotFound):
+			err = nil
+		case err != nil:
+			err = fmt.Errorf("error looking up user: %w", err)
+		default:
+			err = s.store.InTx(ctx, func(ctx context.Context, tx db.Tx) error {
+				return ifFound(ctx, tx, user)
+			})
+		}
 	}
 	waitUntil(ctx, start.Add(s.uniformMin))
 	if err != nil {
@@ -179,16 +183,54 @@ func (s *server) uniformAnswer(c *gin.Context, action abuse.Action, answer []byt
 // allow spends one request of action for the client's IP and email. On a refusal it returns the
 // 429 problem; the RateLimit headers are set either way.
 func (s *server) allow(c *gin.Context, action abuse.Action, email string) error {
-	ip := s.ips.ClientIP(c.Request.RemoteAddr, c.Request.Header)
-	decision, err := s.limiter.Allow(c.Request.Context(), action, ip, email)
+	decision, err := s.spend(c, action, email)
 	if err != nil {
-		// Fail closed: without the database there is nothing useful to do anyway.
-		return fmt.Errorf("error checking rate limit: %w", err)
+		return err
 	}
 	decision.SetHeaders(c.Writer.Header())
 	if decision.Allowed {
 		return nil
 	}
+	return tooManyRequests(decision)
+}
+
+// allowQuietly is allow for the routes whose answer must not tell whether anyone asked about an
+// email lately (forgot-password, resend-verification): a 429 or a RateLimit header about the
+// email's budget would say so to whoever sends the next request for it. The RateLimit headers
+// describe the client's own IP rule only, and only that rule's refusal is a 429; when the email
+// rule refuses, admitted is false and the caller answers exactly as for an admitted request,
+// doing nothing. The refusal is still counted in the limiter's metrics.
+func (s *server) allowQuietly(c *gin.Context, action abuse.Action, email string) (admitted bool, err error) {
+	decision, err := s.spend(c, action, email)
+	if err != nil {
+		return false, err
+	}
+	if ip, ok := decision.Of(abuse.ScopeIP); ok {
+		ip.SetHeaders(c.Writer.Header())
+	}
+	switch {
+	case decision.Allowed:
+		return true, nil
+	case decision.Rule.Scope == abuse.ScopeIP:
+		return false, tooManyRequests(decision)
+	default:
+		return false, nil
+	}
+}
+
+// spend asks the limiter to spend one request of action for the client's IP and email.
+func (s *server) spend(c *gin.Context, action abuse.Action, email string) (*abuse.Decision, error) {
+	ip := s.ips.ClientIP(c.Request.RemoteAddr, c.Request.Header)
+	decision, err := s.limiter.Allow(c.Request.Context(), action, ip, email)
+	if err != nil {
+		// Fail closed: without the database there is nothing useful to do anyway.
+		return nil, fmt.Errorf("error checking rate limit: %w", err)
+	}
+	return decision, nil
+}
+
+// tooManyRequests is the 429 problem of a refusal; its headers are the caller's to set.
+func tooManyRequests(decision *abuse.Decision) *Error {
 	retryAfter := decision.RetryAfterSeconds()
 	return &Error{
 		Status: http.StatusTooManyRequests,
@@ -246,18 +288,21 @@ func checkPassword(password string, fieldErrs *[]fieldError) {
 	*fieldErrs = append(*fieldErrs, fieldError{Pointer: "#/password", Detail: detail})
 }
 
-// checkName returns the trimmed name, or records why it is not acceptable: not UTF-8, control
-// characters, or over 200 code points. An empty name is fine.
+// checkName returns the trimmed name, or records why it is not acceptable: not UTF-8, over 100
+// code points, control, format or line-separator characters, or a URL, an email address or a
+// domain name in it (see nameCarriesLink). An empty name is fine.
 func checkName(name string, fieldErrs *[]fieldError) string {
 	name = strings.TrimSpace(name)
 	var detail string
 	switch {
 	case !utf8.ValidString(name):
 		detail = "Name must be valid UTF-8 text."
-	case strings.ContainsFunc(name, unicode.IsControl):
-		detail = "Name must not contain control characters."
 	case utf8.RuneCountInString(name) > maxNameLen:
 		detail = fmt.Sprintf("Name must be at most %d characters long.", maxNameLen)
+	case strings.ContainsFunc(name, invisibleInName):
+		detail = "Name must not contain control, formatting or line-separator characters."
+	case nameCarriesLink(name):
+		detail = "Name must not contain a web address, an email address or a domain name."
 	default:
 		return name
 	}

@@ -7,6 +7,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"golang.org/x/net/idna"
 	"golang.org/x/text/unicode/norm"
 )
 
@@ -16,13 +17,29 @@ const maxEmailBytes = 254
 // ErrInvalidEmail is returned by NormalizeEmail for anything that is not a plain address.
 var ErrInvalidEmail = errors.New("invalid email address")
 
+// emailDomains maps a domain to the ASCII form mail is routed by, as UTS #46 says for lookup:
+// width and compatibility forms folded, case mapped, U-labels to A-labels (non-transitional: ß
+// stays ß), A-labels checked, STD3 rules (letters, digits, hyphens), Bidi and joiner rules, and
+// DNS lengths (no empty label, none over 63 bytes).
+var emailDomains = idna.New(
+	idna.MapForLookup(),
+	idna.Transitional(false),
+	idna.BidiRule(),
+	idna.CheckHyphens(true),
+	idna.CheckJoiners(true),
+	idna.VerifyDNSLength(true),
+)
+
 // NormalizeEmail returns the form in which an email address is stored, looked up, counted by
-// the rate limiter and compared: trimmed of surrounding white space, in Unicode NFC, lower-cased.
-// It then checks that the result is one plain address: valid UTF-8 of visible characters only
-// (no spaces, format or control characters, no U+FFFD), at most 254 bytes, exactly
-// one "@" with a non-empty local part and domain, and an addr-spec that net/mail.ParseAddress
-// reads back unchanged (so no display name, angle brackets, comments or quoting). It returns
-// ErrInvalidEmail otherwise.
+// the rate limiter and compared: trimmed of surrounding white space, in Unicode NFC, lower-cased,
+// and its domain mapped to its ASCII form with IDNA (UTS #46, see emailDomains), so that
+// ada@bücher.de, ada@xn--bcher-kva.de and ada@ｅxample.com's twin ada@example.com are one
+// address. It then checks that the result is one plain address: valid UTF-8 of visible
+// characters only (no spaces, format or control characters, no U+FFFD), at most 254 bytes,
+// exactly one "@" with a non-empty local part, a domain name of at least two labels (no address
+// literal such as [127.0.0.1], no dotless name such as example or localhost), and an addr-spec
+// that net/mail.ParseAddress reads back unchanged (so no display name, angle brackets, comments
+// or quoting). It returns ErrInvalidEmail otherwise.
 //
 // Lower-casing the local part is a deliberate simplification (DESIGN.md): two spellings of one
 // mailbox must not make two accounts or two rate-limit buckets.
@@ -47,6 +64,23 @@ func NormalizeEmail(s string) (string, error) {
 	}
 	local, domain, ok := strings.Cut(s, "@")
 	if !ok || local == "" || domain == "" || strings.Contains(domain, "@") {
+		return "", ErrInvalidEmail
+	}
+	// An address literal names a host, not a domain anyone registered; mail to one goes
+	// wherever the literal points (a loopback or internal address included).
+	if strings.HasPrefix(domain, "[") {
+		return "", ErrInvalidEmail
+	}
+	domain, err := emailDomains.ToASCII(domain)
+	if err != nil || !strings.Contains(domain, ".") || strings.HasSuffix(domain, ".") {
+		return "", ErrInvalidEmail
+	}
+	// No top-level domain is all digits: such a domain is an IPv4 address without brackets.
+	if tld := domain[strings.LastIndexByte(domain, '.')+1:]; strings.Trim(tld, "0123456789") == "" {
+		return "", ErrInvalidEmail
+	}
+	s = local + "@" + domain
+	if len(s) > maxEmailBytes {
 		return "", ErrInvalidEmail
 	}
 	addr, err := mail.ParseAddress(s)

@@ -8,11 +8,13 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gin-gonic/gin"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
+	"github.com/postguard/postguard/api/abuse"
 	"github.com/postguard/postguard/db"
 	"github.com/postguard/postguard/db/dbtest"
 )
@@ -96,11 +98,15 @@ func TestNew_Config(t *testing.T) {
 	store := dbtest.NewSQLite(t)
 	limiter := newSQLiteBundle(t, nil).limiter
 
+	// River UI's failed logins need the limiter's rule.
+	noLoginRule := abuse.NewLimiter(store, testSecret, abuse.Rules{}.With(abuse.Rule{Action: abuse.ActionRegister, Scope: abuse.ScopeIP, Limit: 1, Window: time.Minute}), nil)
 	for name, config := range map[string]*Config{
-		"Nil":         nil,
-		"NoStore":     {Limiter: limiter, Secret: testSecret},
-		"NoLimiter":   {Store: store, Secret: testSecret},
-		"ShortSecret": {Store: store, Limiter: limiter, Secret: []byte("short")},
+		"Nil":                 nil,
+		"NoStore":             {Limiter: limiter, Secret: testSecret},
+		"NoLimiter":           {Store: store, Secret: testSecret},
+		"ShortSecret":         {Store: store, Limiter: limiter, Secret: []byte("short")},
+		"AppURLNotAbsolute":   {Store: store, Limiter: limiter, Secret: testSecret, AppURL: "example.com/app"},
+		"RiverUIWithoutLimit": {Store: store, Limiter: noLoginRule, Secret: testSecret, RiverUI: http.NotFoundHandler(), RiverUIUsername: "u", RiverUIPassword: "p"},
 	} {
 		_, err := New(config)
 		require.Error(t, err, name)
@@ -135,8 +141,12 @@ func TestServer_OpenAPI(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, "3.1.0", doc.OpenAPI)
 
+		// The public router and the metrics listener's together serve what the document
+		// describes.
+		metrics, err := MetricsRouter(&Config{Logger: slog.New(slog.DiscardHandler)})
+		require.NoError(t, err)
 		var routes, documented []string
-		for _, route := range bundle.router.Routes() {
+		for _, route := range slices.Concat(bundle.router.Routes(), metrics.Routes()) {
 			path := strings.Replace(route.Path, "/*path", "/", 1)
 			if route.Method != http.MethodGet && route.Path == "/riverui/*path" {
 				continue // River UI's own API under /riverui/api/, not part of this contract

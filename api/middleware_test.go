@@ -231,7 +231,10 @@ func TestRouter_Metrics(t *testing.T) {
 	serve(t, bundle.router, httptest.NewRequest(http.MethodGet, "/no/such/route?token=abc", nil))
 	serve(t, bundle.router, httptest.NewRequest("BREW", "/healthz", nil))
 
-	rec := serve(t, bundle.router, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	// The metrics listener's router serves what the public router counted.
+	metrics, err := MetricsRouter(&Config{Registerer: bundle.registry, Gatherer: bundle.registry, Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	rec := serve(t, metrics, httptest.NewRequest(http.MethodGet, "/metrics", nil))
 	require.Equal(t, http.StatusOK, rec.Code)
 	body := rec.Body.String()
 	require.Contains(t, body, `postguard_http_requests_total{method="GET",route="/healthz",status="200"} 2`)
@@ -240,4 +243,12 @@ func TestRouter_Metrics(t *testing.T) {
 	require.Contains(t, body, `postguard_http_request_duration_seconds_count{method="GET",route="/healthz"} 2`)
 	require.NotContains(t, body, "/no/such/route")
 	require.NotContains(t, body, "BREW")
+
+	// It serves nothing else; the public router has no /metrics.
+	for _, path := range []string{"/healthz", "/v1/auth/register", "/openapi.yaml"} {
+		decodeProblem(t, serve(t, metrics, httptest.NewRequest(http.MethodGet, path, nil)), http.StatusNotFound)
+	}
+	rec = serve(t, bundle.router, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	decodeProblem(t, rec, http.StatusNotFound)
+	require.NotContains(t, rec.Body.String(), "postguard_")
 }

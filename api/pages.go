@@ -37,12 +37,21 @@ type pageData struct {
 	MaxPassword int
 }
 
-// renderPage answers status with the page.
+// pageCSP is the Content-Security-Policy of the service's pages: no scripts or outside resources
+// (the pages use neither), forms posting only to the service itself, and no framing by any
+// other page (frame-ancestors; X-Frame-Options for older browsers), so that a site cannot
+// overlay a confirm button and have it clicked.
+const pageCSP = "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
+
+// renderPage answers status with the page, which no other page may frame.
 func (s *server) renderPage(c *gin.Context, status int, data *pageData) error {
 	var buf bytes.Buffer
 	if err := pagesTemplate.Execute(&buf, data); err != nil {
 		return fmt.Errorf("error rendering page: %w", err)
 	}
+	h := c.Writer.Header()
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("Content-Security-Policy", pageCSP)
 	c.Data(status, "text/html; charset=utf-8", buf.Bytes())
 	return nil
 }

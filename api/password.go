@@ -21,6 +21,14 @@ const (
 	argonKeyLen    = 32
 )
 
+// PasswordHasher turns a password into what the users table stores as its hash. The service's
+// own is argon2id (m=19 MiB, t=2, p=1) as a PHC string, at most Config.HashConcurrency at once;
+// Config.PasswordHasher replaces it (tests gate it to see who reaches it). Hash must honour ctx:
+// a request whose deadline passes while it waits is answered 503.
+type PasswordHasher interface {
+	Hash(ctx context.Context, password string) (string, error)
+}
+
 // passwordHasher hashes passwords with argon2id (golang.org/x/crypto/argon2), at most n at a
 // time: each hash holds 19 MiB for tens of milliseconds, so an unbounded burst of registrations
 // could exhaust memory. Waiters queue on the semaphore (a request whose client leaves stops
@@ -33,10 +41,10 @@ func newPasswordHasher(n int) *passwordHasher {
 	return &passwordHasher{sem: make(chan struct{}, max(n, 1))}
 }
 
-// hash returns the PHC string of password under a fresh random salt:
+// Hash returns the PHC string of password under a fresh random salt:
 // $argon2id$v=19$m=19456,t=2,p=1$<salt>$<hash> (unpadded standard base64). The whole password
 // is hashed; nothing is truncated.
-func (h *passwordHasher) hash(ctx context.Context, password string) (string, error) {
+func (h *passwordHasher) Hash(ctx context.Context, password string) (string, error) {
 	select {
 	case h.sem <- struct{}{}:
 	case <-ctx.Done():

@@ -13,7 +13,7 @@ func TestPasswordHasher_Hash(t *testing.T) {
 	t.Parallel()
 
 	hasher := newPasswordHasher(1)
-	phc, err := hasher.hash(t.Context(), "correct horse battery")
+	phc, err := hasher.Hash(t.Context(), "correct horse battery")
 	require.NoError(t, err)
 	// 16-byte salt (22 base64 characters) and 32-byte key (43), unpadded standard base64.
 	require.Regexp(t, regexp.MustCompile(`^\$argon2id\$v=19\$m=19456,t=2,p=1\$[A-Za-z0-9+/]{22}\$[A-Za-z0-9+/]{43}$`), phc)
@@ -26,7 +26,7 @@ func TestPasswordHasher_Hash(t *testing.T) {
 	require.False(t, ok)
 
 	// A fresh salt every time.
-	again, err := hasher.hash(t.Context(), "correct horse battery")
+	again, err := hasher.Hash(t.Context(), "correct horse battery")
 	require.NoError(t, err)
 	require.NotEqual(t, phc, again)
 }
@@ -42,13 +42,13 @@ func TestPasswordHasher_Bounded(t *testing.T) {
 	// A third waits, and gives up when its request ends.
 	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
 	defer cancel()
-	_, err := hasher.hash(ctx, "correct horse battery")
+	_, err := hasher.Hash(ctx, "correct horse battery")
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 
 	// It proceeds as soon as a slot frees.
 	done := make(chan error, 1)
 	go func() {
-		_, err := hasher.hash(t.Context(), "correct horse battery")
+		_, err := hasher.Hash(t.Context(), "correct horse battery")
 		done <- err
 	}()
 	select {

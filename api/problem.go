@@ -58,6 +58,7 @@ var (
 	errUnavailable      = newError(http.StatusServiceUnavailable, "The service cannot answer right now; retry later.")
 	errInternal         = newError(http.StatusInternalServerError, "Internal server error. The details are in the service's log.")
 	errUnauthorized     = newError(http.StatusUnauthorized, "Valid credentials are required.")
+	errCrossSite        = newError(http.StatusForbidden, "Changes must be sent from River UI itself, not from another site's page.")
 )
 
 // fieldError is one entry of a 422 problem's "errors" member: a JSON pointer into the request

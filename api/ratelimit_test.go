@@ -165,6 +165,50 @@ func TestServer_ClientIP(t *testing.T) {
 		}
 	})
 
+	// A proxy that sets X-Real-IP to the client's address and passes the client's own
+	// X-Forwarded-For through (nginx with proxy_set_header X-Real-IP $remote_addr and no
+	// X-Forwarded-For rewrite).
+	nginx := func(clientXFF string) http.Header {
+		return http.Header{"X-Real-Ip": {"203.0.113.50"}, "X-Forwarded-For": {clientXFF}}
+	}
+
+	t.Run("NginxDefaultHeaderLetsClientChoose", func(t *testing.T) {
+		t.Parallel()
+		bundle := newSQLiteBundle(t, &setupOpts{rules: &rules, trusted: trusted})
+		// With X-Forwarded-For believed, the client writes the entry that wins: a fresh bucket
+		// every time. This is why CLIENT_IP_HEADER exists.
+		for i := range 2 * limit {
+			rec := forgot(t, bundle.router, "10.0.0.1:5000", nginx(randomIP()))
+			require.Equal(t, http.StatusAccepted, rec.Code, "request %d", i)
+		}
+	})
+
+	t.Run("NginxRealIPHeader", func(t *testing.T) {
+		t.Parallel()
+		bundle := newSQLiteBundle(t, &setupOpts{rules: &rules, trusted: trusted, ipHeader: abuse.HeaderXRealIP})
+		// CLIENT_IP_HEADER=X-Real-IP: the proxy's word, whatever the client put in XFF.
+		for i := range 2 * limit {
+			rec := forgot(t, bundle.router, "10.0.0.1:5000", nginx(randomIP()))
+			if i < limit {
+				require.Equal(t, http.StatusAccepted, rec.Code, "request %d", i)
+			} else {
+				requireForgotLimited(t, rec)
+			}
+		}
+		// Another client behind the same proxy has its own bucket...
+		rec := forgot(t, bundle.router, "10.0.0.1:5000", http.Header{"X-Real-Ip": {"203.0.113.51"}})
+		require.Equal(t, http.StatusAccepted, rec.Code)
+		// ...and X-Real-IP from a peer that is not a trusted proxy is not believed.
+		for i := range 2 * limit {
+			rec := forgot(t, bundle.router, "198.51.100.200:5000", http.Header{"X-Real-Ip": {randomIP()}})
+			if i < limit {
+				require.Equal(t, http.StatusAccepted, rec.Code, "request %d", i)
+			} else {
+				requireForgotLimited(t, rec)
+			}
+		}
+	})
+
 	t.Run("IPv6SlashSixtyFourSharesABucket", func(t *testing.T) {
 		t.Parallel()
 		bundle := newSQLiteBundle(t, &setupOpts{rules: &rules})

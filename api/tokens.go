@@ -8,6 +8,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/postguard/postguard/api/abuse"
 	"github.com/postguard/postguard/db"
 	"github.com/postguard/postguard/jobs/tokens"
 )
@@ -22,14 +23,14 @@ type resetPasswordRequest struct {
 }
 
 // setTokenPageHeaders protects answers of the routes whose URLs carry tokens: the token must not
-// leak through the Referer of a link followed from the page, stay in a cache, or be framed.
-// The CSP also forbids scripts and outside resources altogether (the pages use neither) and
-// lets forms post only to the service itself.
+// leak through the Referer of a link followed from the page, stay in a cache, or be framed
+// (pageCSP).
 func setTokenPageHeaders(c *gin.Context) {
 	h := c.Writer.Header()
 	h.Set("Referrer-Policy", "no-referrer")
 	h.Set("Cache-Control", "no-store")
-	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
+	h.Set("Content-Security-Policy", pageCSP)
+	h.Set("X-Frame-Options", "DENY")
 }
 
 // verifyEmailPage is the page a verification link opens: a form that posts the token back. It
@@ -114,8 +115,12 @@ func (s *server) resetPasswordPage(c *gin.Context) error {
 
 // resetPassword consumes a reset token and sets the new password: 204 (200 and a page for the
 // form), 400 when the token is invalid, expired or used, 422 when the password is not
-// acceptable. The password is hashed before the transaction; the transaction also marks the
-// email verified (the user proved they read it) and invalidates the user's other reset tokens.
+// acceptable, 429 past the per-IP limit (RESET_PASSWORD). The token is looked up before the
+// password is hashed, so a made-up token costs one read rather than a 19 MiB argon2id hash, and
+// a flood of them cannot starve registrations of the hasher. The hash happens outside the
+// transaction; the transaction then consumes the token (of two uses of one token exactly one
+// wins, whatever the lookup saw), sets the password, marks the email verified (the user proved
+// they read it) and invalidates the user's other reset tokens.
 func (s *server) resetPassword(c *gin.Context) error {
 	setTokenPageHeaders(c)
 	kind, err := bodyKindOf(c, true)
@@ -144,14 +149,25 @@ func (s *server) resetPassword(c *gin.Context) error {
 		return errInvalidToken
 	}
 
+	if err := s.allow(c, abuse.ActionResetPassword, ""); err != nil {
+		return err
+	}
+
 	ctx := c.Request.Context()
-	hash, err := s.hasher.hash(ctx, req.Password)
+	tokenHash := tokens.Hash(req.Token)
+	if _, err := s.store.EmailTokenLookup(ctx, tokenHash, db.TokenPurposeReset, s.now()); err != nil {
+		if errors.Is(err, db.ErrNotFound) {
+			return errInvalidToken
+		}
+		return fmt.Errorf("error looking up reset token: %w", err)
+	}
+	hash, err := s.hasher.Hash(ctx, req.Password)
 	if err != nil {
 		return err
 	}
 	err = s.store.InTx(ctx, func(ctx context.Context, tx db.Tx) error {
 		now := s.now()
-		userID, err := tx.EmailTokenConsume(ctx, tokens.Hash(req.Token), db.TokenPurposeReset, now)
+		userID, err := tx.EmailTokenConsume(ctx, tokenHash, db.TokenPurposeReset, now)
 		if err != nil {
 			return err
 		}

@@ -36,6 +36,9 @@ type Queries interface {
 	// EmailTokenConsume marks an unused, unexpired token of the purpose used and returns its user
 	// id; ErrNotFound when the token is unknown, of another purpose, expired or used.
 	EmailTokenConsume(ctx context.Context, tokenHash []byte, purpose TokenPurpose, now time.Time) (int64, error)
+	// EmailTokenLookup returns the user id of an unused, unexpired token of the purpose without
+	// using it; ErrNotFound when the token is unknown, of another purpose, expired or used.
+	EmailTokenLookup(ctx context.Context, tokenHash []byte, purpose TokenPurpose, now time.Time) (int64, error)
 	// EmailTokenInvalidateUser marks all of a user's unused tokens of a purpose used.
 	EmailTokenInvalidateUser(ctx context.Context, userID int64, purpose TokenPurpose, now time.Time) error
 	// EmailTokenDeleteExpired deletes up to max tokens that expired before before.
@@ -69,6 +72,9 @@ type Counters interface {
 	// RateLimitCounterConsume spends one request of a window in one atomic statement. ok is
 	// false (and nothing counted) when the window is at its limit.
 	RateLimitCounterConsume(ctx context.Context, params *RateLimitCounterConsumeParams) (count int64, ok bool, err error)
+	// RateLimitCounterGet reads how many requests a window has counted (0 when none), spending
+	// nothing.
+	RateLimitCounterGet(ctx context.Context, params *RateLimitCounterGetParams) (int64, error)
 }
 
 // Tx is a transaction of Store.InTx: the app's statements, and River jobs inserted with River's

@@ -313,6 +313,50 @@ func TestStore_EmailToken(t *testing.T) {
 			require.Error(t, err)
 		})
 
+		t.Run("LookupUsesNothing", func(t *testing.T) {
+			t.Parallel()
+
+			bundle, ctx := setup(t)
+			expiresAt := now.Add(time.Hour)
+			tokenInsert(ctx, t, bundle, "tok", db.TokenPurposeReset, expiresAt)
+			tokenInsert(ctx, t, bundle, "verify", db.TokenPurposeVerify, expiresAt)
+
+			for range 3 {
+				userID, err := bundle.store.EmailTokenLookup(ctx, tokenHash("tok"), db.TokenPurposeReset, now)
+				require.NoError(t, err)
+				require.Equal(t, bundle.user.ID, userID)
+			}
+			// Inside a transaction too.
+			require.NoError(t, bundle.store.InTx(ctx, func(ctx context.Context, tx db.Tx) error {
+				userID, err := tx.EmailTokenLookup(ctx, tokenHash("tok"), db.TokenPurposeReset, now)
+				require.Equal(t, bundle.user.ID, userID)
+				return err
+			}))
+
+			for name, lookup := range map[string]struct {
+				raw     string
+				purpose db.TokenPurpose
+				at      time.Time
+			}{
+				"Unknown":      {"nope", db.TokenPurposeReset, now},
+				"WrongPurpose": {"verify", db.TokenPurposeReset, now},
+				"Expired":      {"tok", db.TokenPurposeReset, expiresAt},
+			} {
+				_, err := bundle.store.EmailTokenLookup(ctx, tokenHash(lookup.raw), lookup.purpose, lookup.at)
+				require.ErrorIs(t, err, db.ErrNotFound, name)
+			}
+			userID, err := bundle.store.EmailTokenLookup(ctx, tokenHash("tok"), db.TokenPurposeReset, expiresAt.Add(-time.Microsecond))
+			require.NoError(t, err)
+			require.Equal(t, bundle.user.ID, userID)
+
+			// The lookups used nothing: the token is consumed once, then no longer found.
+			userID, err = bundle.store.EmailTokenConsume(ctx, tokenHash("tok"), db.TokenPurposeReset, now)
+			require.NoError(t, err)
+			require.Equal(t, bundle.user.ID, userID)
+			_, err = bundle.store.EmailTokenLookup(ctx, tokenHash("tok"), db.TokenPurposeReset, now)
+			require.ErrorIs(t, err, db.ErrNotFound)
+		})
+
 		t.Run("InvalidateUser", func(t *testing.T) {
 			t.Parallel()
 
@@ -811,6 +855,51 @@ func TestStore_RateLimitCounter(t *testing.T) {
 			count, _, err := store.RateLimitCounterConsume(ctx, window("current", now, 5))
 			require.NoError(t, err)
 			require.Equal(t, int64(2), count)
+		})
+
+		t.Run("GetSpendsNothing", func(t *testing.T) {
+			t.Parallel()
+
+			ctx := t.Context()
+			store := newStore(t)
+			get := func(key string, start time.Time) int64 {
+				t.Helper()
+				count, err := store.RateLimitCounterGet(ctx, &db.RateLimitCounterGetParams{KeyHash: tokenHash(key), WindowStart: start})
+				require.NoError(t, err)
+				return count
+			}
+
+			// A window nothing counted in reads 0, and reading it creates nothing.
+			for range 3 {
+				require.Zero(t, get("ip", now))
+			}
+			deleted, err := store.RateLimitCounterDeleteExpired(ctx, now.Add(time.Hour), 100)
+			require.NoError(t, err)
+			require.Zero(t, deleted, "a read inserted a counter")
+
+			for want := int64(1); want <= 2; want++ {
+				_, ok, err := store.RateLimitCounterConsume(ctx, window("ip", now, 2))
+				require.NoError(t, err)
+				require.True(t, ok)
+				require.Equal(t, want, get("ip", now))
+				require.Equal(t, want, get("ip", now), "reading twice spends nothing")
+			}
+
+			// A refusal leaves the count at the limit.
+			_, ok, err := store.RateLimitCounterConsume(ctx, window("ip", now, 2))
+			require.NoError(t, err)
+			require.False(t, ok)
+			require.Equal(t, int64(2), get("ip", now))
+
+			// Other keys and other windows are their own.
+			require.Zero(t, get("email", now))
+			require.Zero(t, get("ip", now.Add(15*time.Minute)))
+
+			// The reads did not spend: under a higher limit the count goes on from 2.
+			count, ok, err := store.RateLimitCounterConsume(ctx, window("ip", now, 10))
+			require.NoError(t, err)
+			require.True(t, ok)
+			require.Equal(t, int64(3), count)
 		})
 
 		t.Run("RefusedNotCounted", func(t *testing.T) {

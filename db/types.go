@@ -99,3 +99,9 @@ type RateLimitCounterConsumeParams struct {
 	WindowEnd   time.Time
 	LimitCount  int64
 }
+
+// RateLimitCounterGetParams names one fixed window of one key.
+type RateLimitCounterGetParams struct {
+	KeyHash     []byte
+	WindowStart time.Time
+}

@@ -51,10 +51,38 @@ func normalizePrefix(p netip.Prefix) netip.Prefix {
 	return p
 }
 
+// ClientIPHeader names the header a trusted proxy's client address is read from
+// (CLIENT_IP_HEADER).
+type ClientIPHeader string
+
+const (
+	// HeaderXForwardedFor reads X-Forwarded-For, the default: the right-most entry of all its
+	// lines that is not a trusted proxy, and X-Real-IP only when X-Forwarded-For names no such
+	// entry (see IPResolver.ClientIP). For proxies that append the client's address to it.
+	HeaderXForwardedFor ClientIPHeader = "X-Forwarded-For"
+	// HeaderXRealIP reads X-Real-IP only, for a proxy that sets it to the client's address and
+	// passes the client's own X-Forwarded-For through untouched (a common nginx setup, where
+	// the client would otherwise write the entry that wins).
+	HeaderXRealIP ClientIPHeader = "X-Real-IP"
+)
+
+// ParseClientIPHeader parses CLIENT_IP_HEADER: X-Forwarded-For or X-Real-IP, in any case (header
+// names are case-insensitive); "" is X-Forwarded-For.
+func ParseClientIPHeader(s string) (ClientIPHeader, error) {
+	switch {
+	case s == "", strings.EqualFold(s, string(HeaderXForwardedFor)):
+		return HeaderXForwardedFor, nil
+	case strings.EqualFold(s, string(HeaderXRealIP)):
+		return HeaderXRealIP, nil
+	}
+	return "", fmt.Errorf("invalid client IP header %q: want %s or %s", s, HeaderXForwardedFor, HeaderXRealIP)
+}
+
 // IPResolver finds the client IP of a request from its TCP peer and, when the peer is a trusted
-// proxy, the headers that proxy sets. A nil *IPResolver trusts nobody.
+// proxy, the header that proxy sets. A nil *IPResolver trusts nobody.
 type IPResolver struct {
 	trusted []netip.Prefix
+	header  ClientIPHeader // "" is HeaderXForwardedFor
 }
 
 // NewIPResolver returns a resolver that believes X-Forwarded-For and X-Real-IP only from peers
@@ -69,12 +97,29 @@ func NewIPResolver(trusted []netip.Prefix) *IPResolver {
 	return r
 }
 
+// WithHeader returns a copy of r that reads a trusted proxy's client address from header
+// (HeaderXForwardedFor when "").
+func (r *IPResolver) WithHeader(header ClientIPHeader) *IPResolver {
+	out := &IPResolver{header: header}
+	if r != nil {
+		out.trusted = r.trusted
+	}
+	return out
+}
+
 // Trusted returns a copy of the trusted prefixes, normalised.
 func (r *IPResolver) Trusted() []netip.Prefix {
 	if r == nil {
 		return nil
 	}
 	return slices.Clone(r.trusted)
+}
+
+// TrustsPeer reports whether the TCP peer of a request (its RemoteAddr) is a trusted proxy,
+// whose other forwarding headers (X-Forwarded-Proto) may then be believed too.
+func (r *IPResolver) TrustsPeer(remoteAddr string) bool {
+	peer, ok := parseHostAddr(remoteAddr)
+	return ok && r.isTrusted(peer)
 }
 
 // isTrusted reports whether addr (already normalised) is a trusted proxy.
@@ -94,6 +139,8 @@ func (r *IPResolver) isTrusted(addr netip.Addr) bool {
 // net/http sets it; a bare IP is accepted) and headers:
 //
 //   - When the peer is not a trusted proxy, the peer, whatever the headers say.
+//   - With HeaderXRealIP, the last X-Real-IP line if it parses, else the peer; X-Forwarded-For
+//     is not read at all.
 //   - Otherwise X-Forwarded-For, all its header lines in order, their comma-separated entries
 //     walked from the right: trusted entries are skipped, and the first untrusted one is the
 //     client. Entries may carry a port ("1.2.3.4:5678", "[2001:db8::1]:443") and spaces; empty
@@ -115,6 +162,14 @@ func (r *IPResolver) ClientIP(remoteAddr string, h http.Header) netip.Addr {
 		return netip.Addr{}
 	}
 	if !r.isTrusted(peer) {
+		return peer
+	}
+	if r.header == HeaderXRealIP {
+		if lines := h.Values("X-Real-Ip"); len(lines) > 0 {
+			if addr, ok := parseHostAddr(lines[len(lines)-1]); ok {
+				return addr
+			}
+		}
 		return peer
 	}
 

@@ -58,6 +58,7 @@ func TestIPResolver_ClientIP(t *testing.T) {
 	trusted, err := ParseTrustedProxies("10.0.0.0/8, 2001:db8:ffff::/48")
 	require.NoError(t, err)
 	resolver := NewIPResolver(trusted)
+	realIP := func() *IPResolver { return resolver.WithHeader(HeaderXRealIP) }
 
 	type headers = map[string][]string
 	tests := []struct {
@@ -119,6 +120,17 @@ func TestIPResolver_ClientIP(t *testing.T) {
 		{name: "XRealIPGarbage", remoteAddr: "10.0.0.1:1", header: headers{"X-Real-Ip": {"unknown"}}, want: "10.0.0.1"},
 		{name: "XRealIPList", remoteAddr: "10.0.0.1:1", header: headers{"X-Real-Ip": {"198.51.100.1, 6.6.6.6"}}, want: "10.0.0.1"},
 		{name: "XRealIPGarbageXFFAllTrusted", remoteAddr: "10.0.0.1:1", header: headers{"X-Forwarded-For": {"10.0.0.2"}, "X-Real-Ip": {"nope"}}, want: "10.0.0.2"},
+
+		// CLIENT_IP_HEADER=X-Real-IP: that header only. The nginx case: the proxy sets X-Real-IP
+		// to the client's address and passes the client's own X-Forwarded-For through.
+		{name: "NginxDefaultLetsClientXFFWin", remoteAddr: "10.0.0.1:1", header: headers{"X-Forwarded-For": {"6.6.6.6"}, "X-Real-Ip": {"198.51.100.1"}}, want: "6.6.6.6"},
+		{name: "NginxRealIPHeader", resolver: realIP, remoteAddr: "10.0.0.1:1", header: headers{"X-Forwarded-For": {"6.6.6.6"}, "X-Real-Ip": {"198.51.100.1"}}, want: "198.51.100.1"},
+		{name: "RealIPHeaderLastLine", resolver: realIP, remoteAddr: "10.0.0.1:1", header: headers{"X-Real-Ip": {"6.6.6.6", "198.51.100.1"}}, want: "198.51.100.1"},
+		{name: "RealIPHeaderPort", resolver: realIP, remoteAddr: "10.0.0.1:1", header: headers{"X-Real-Ip": {"[2001:db8::1]:443"}}, want: "2001:db8::1"},
+		{name: "RealIPHeaderAbsentIgnoresXFF", resolver: realIP, remoteAddr: "10.0.0.1:1", header: headers{"X-Forwarded-For": {"6.6.6.6"}}, want: "10.0.0.1"},
+		{name: "RealIPHeaderGarbage", resolver: realIP, remoteAddr: "10.0.0.1:1", header: headers{"X-Real-Ip": {"unknown"}, "X-Forwarded-For": {"6.6.6.6"}}, want: "10.0.0.1"},
+		{name: "RealIPHeaderUntrustedPeer", resolver: realIP, remoteAddr: "203.0.113.9:1", header: headers{"X-Real-Ip": {"198.51.100.1"}}, want: "203.0.113.9"},
+		{name: "ForwardedForHeaderExplicit", resolver: func() *IPResolver { return resolver.WithHeader(HeaderXForwardedFor) }, remoteAddr: "10.0.0.1:1", header: headers{"X-Forwarded-For": {"6.6.6.6"}, "X-Real-Ip": {"198.51.100.1"}}, want: "6.6.6.6"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -142,14 +154,15 @@ func TestIPResolver_ClientIP(t *testing.T) {
 func TestIPResolver_ClientIP_UntrustedPeerIgnoresHeaders(t *testing.T) {
 	t.Parallel()
 
-	resolver := NewIPResolver([]netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")})
+	forwardedFor := NewIPResolver([]netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")})
+	realIP := forwardedFor.WithHeader(HeaderXRealIP)
 	seed := time.Now().UnixNano()
 	rng := rand.New(rand.NewPCG(uint64(seed), 0))
 	t.Logf("seed %d", seed)
 
 	for range 2000 {
 		peer := randomAddr(rng)
-		if resolver.isTrusted(peer) {
+		if forwardedFor.isTrusted(peer) {
 			continue
 		}
 		h := http.Header{}
@@ -160,8 +173,50 @@ func TestIPResolver_ClientIP_UntrustedPeerIgnoresHeaders(t *testing.T) {
 			h.Add("X-Real-Ip", randomHeaderValue(rng))
 		}
 		remoteAddr := netip.AddrPortFrom(peer, uint16(rng.IntN(65536))).String()
-		require.Equal(t, peer, resolver.ClientIP(remoteAddr, h), "peer %s headers %v", remoteAddr, h)
+		for _, resolver := range []*IPResolver{forwardedFor, realIP} {
+			require.Equal(t, peer, resolver.ClientIP(remoteAddr, h), "peer %s headers %v", remoteAddr, h)
+		}
 	}
+}
+
+func TestParseClientIPHeader(t *testing.T) {
+	t.Parallel()
+
+	for in, want := range map[string]ClientIPHeader{
+		"":                HeaderXForwardedFor,
+		"X-Forwarded-For": HeaderXForwardedFor,
+		"x-forwarded-for": HeaderXForwardedFor,
+		"X-Real-IP":       HeaderXRealIP,
+		"x-real-ip":       HeaderXRealIP,
+		"X-Real-Ip":       HeaderXRealIP,
+	} {
+		got, err := ParseClientIPHeader(in)
+		require.NoError(t, err, in)
+		require.Equal(t, want, got, in)
+	}
+	for _, in := range []string{"Forwarded", "X-Client-IP", "CF-Connecting-IP", " X-Real-IP", "X-Real-IP,X-Forwarded-For"} {
+		_, err := ParseClientIPHeader(in)
+		require.ErrorContains(t, err, "want X-Forwarded-For or X-Real-IP", in)
+	}
+}
+
+func TestIPResolver_TrustsPeer(t *testing.T) {
+	t.Parallel()
+
+	resolver := NewIPResolver([]netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("fd00::/8")})
+	for remoteAddr, want := range map[string]bool{
+		"10.1.2.3:443":          true,
+		"[::ffff:10.1.2.3]:443": true,
+		"[fd00::1]:443":         true,
+		"10.1.2.3":              true,
+		"192.0.2.1:443":         false,
+		"@":                     false,
+		"":                      false,
+	} {
+		require.Equal(t, want, resolver.TrustsPeer(remoteAddr), remoteAddr)
+	}
+	require.False(t, NewIPResolver(nil).TrustsPeer("10.1.2.3:443"))
+	require.False(t, (*IPResolver)(nil).TrustsPeer("10.1.2.3:443"))
 }
 
 func randomAddr(rng *rand.Rand) netip.Addr {

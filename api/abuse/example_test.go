@@ -41,6 +41,8 @@ func ExampleRules_WithEnv() {
 	// RATE_LIMIT_FORGOT_PASSWORD_EMAIL       3/1h0m0s
 	// RATE_LIMIT_RESEND_VERIFICATION_IP      6/15m0s
 	// RATE_LIMIT_RESEND_VERIFICATION_EMAIL   3/30m0s
+	// RATE_LIMIT_RESET_PASSWORD_IP           10/15m0s
+	// RATE_LIMIT_RIVERUI_LOGIN_IP            10/15m0s
 }
 
 func ExampleIPResolver_ClientIP() {

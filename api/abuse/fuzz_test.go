@@ -13,7 +13,9 @@ import (
 
 // FuzzClientIP feeds random peers and forwarding headers to a resolver trusting private and
 // documentation ranges (so header parsing runs too). The result is always the peer, or a valid,
-// normalised address taken from the headers; an untrusted peer is always the answer.
+// normalised address taken from the headers; an untrusted peer is always the answer. With
+// CLIENT_IP_HEADER=X-Real-IP the result is the peer or X-Real-IP's address, never one that only
+// X-Forwarded-For holds.
 func FuzzClientIP(f *testing.F) {
 	for _, seed := range [][4]string{
 		{"203.0.113.9:1234", "198.51.100.1", "", ""},
@@ -29,6 +31,7 @@ func FuzzClientIP(f *testing.F) {
 	trusted, err := ParseTrustedProxies("10.0.0.0/8, ::1, fe80::/10, 2001:db8::/33")
 	require.NoError(f, err)
 	resolver := NewIPResolver(trusted)
+	realIPOnly := resolver.WithHeader(HeaderXRealIP)
 
 	f.Fuzz(func(t *testing.T, remoteAddr, xff1, xff2, realIP string) {
 		h := http.Header{}
@@ -45,6 +48,11 @@ func FuzzClientIP(f *testing.F) {
 		key := BucketKey(got)
 
 		peer, ok := parseHostAddr(remoteAddr)
+		if byRealIP := realIPOnly.ClientIP(remoteAddr, h); ok && byRealIP != peer {
+			want, parsed := parseHostAddr(h.Get("X-Real-Ip"))
+			require.True(t, parsed && resolver.isTrusted(peer), "X-Real-IP believed from an untrusted peer")
+			require.Equal(t, want, byRealIP, "X-Real-IP mode read another header")
+		}
 		if !ok {
 			require.False(t, got.IsValid(), "unparsable peer, no header believed")
 			require.Equal(t, "invalid", key)

@@ -91,4 +91,3 @@ func TestKeyer_Key(t *testing.T) {
 		wg.Wait()
 	})
 }
-

@@ -18,10 +18,13 @@ import (
 // LimiterConfig.DenyCacheSize is 0.
 const DefaultDenyCacheSize = 10_000
 
-// Consumer spends one request of a counter's window in one atomic statement. db.Store implements
-// it; ok is false (and nothing counted) when the window is at its limit.
+// Consumer is the counter store a Limiter counts in; db.Store implements it.
+// RateLimitCounterConsume spends one request of a counter's window in one atomic statement (ok is
+// false, and nothing counted, when the window is at its limit); RateLimitCounterGet reads a
+// window's count without spending any of it (0 when nothing was counted), for Peek.
 type Consumer interface {
 	RateLimitCounterConsume(ctx context.Context, params *db.RateLimitCounterConsumeParams) (count int64, ok bool, err error)
+	RateLimitCounterGet(ctx context.Context, params *db.RateLimitCounterGetParams) (int64, error)
 }
 
 // LimiterConfig holds a Limiter's optional settings. A nil *LimiterConfig takes every default.
@@ -48,6 +51,7 @@ type Limiter struct {
 	now     func() time.Time
 	denied  *denyCache // nil when disabled
 	actions map[Action]actionRules
+	rules   Rules
 }
 
 // actionRules are the rules of one action, each with its metric counters resolved up front.
@@ -82,6 +86,7 @@ func NewLimiter(store Consumer, secret []byte, rules Rules, config *LimiterConfi
 		keys:    newKeyer(secret),
 		now:     config.NowFunc,
 		actions: make(map[Action]actionRules),
+		rules:   rules,
 	}
 	if l.now == nil {
 		l.now = time.Now
@@ -117,6 +122,10 @@ func NewLimiter(store Consumer, secret []byte, rules Rules, config *LimiterConfi
 	return l
 }
 
+// Rules returns the rules the Limiter enforces, so that a caller can check at start that the
+// actions it will ask about have one.
+func (l *Limiter) Rules() Rules { return l.rules }
+
 func registerDecisions(reg prometheus.Registerer) *prometheus.CounterVec {
 	vec := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "postguard_rate_limit_decisions_total",
@@ -145,6 +154,23 @@ type Decision struct {
 	Remaining int64
 	// ResetAfter is the time until Rule's current window ends.
 	ResetAfter time.Duration
+
+	// checked holds what each rule checked for the request decided, in order; see Of.
+	checked []*Decision
+}
+
+// Of returns what the action's rule of scope alone decided for the request, and false when the
+// action has no rule of that scope or the rule was not checked (an earlier rule refused, or no
+// email was given). A route that must speak of one budget only, such as forgot-password, whose
+// headers describe the client's own IP rule and never an email's, writes Of(ScopeIP)'s headers
+// whichever rule answered.
+func (d *Decision) Of(scope Scope) (*Decision, bool) {
+	for _, c := range d.checked {
+		if c.Rule.Scope == scope {
+			return c, true
+		}
+	}
+	return nil, false
 }
 
 // RetryAfterSeconds is ResetAfter in whole seconds, rounded up and at least 1: the Retry-After
@@ -184,6 +210,24 @@ func (d *Decision) SetHeaders(h http.Header) {
 // limited; an action without any rule is an error. Allow returns an error only when the store
 // fails (wrapped); the caller chooses whether to fail open or closed.
 func (l *Limiter) Allow(ctx context.Context, action Action, ip netip.Addr, email string) (*Decision, error) {
+	return l.decide(ctx, action, ip, email, l.check)
+}
+
+// Peek answers what Allow would answer now for action, ip and email, and spends nothing: each
+// rule's current window is read (one statement per rule, unless the deny cache knows the window
+// is exhausted) and compared with the rule's limit, in Allow's order, the first one at its limit
+// answering. Remaining is what the window has left now, before any spending. Peek counts nothing,
+// in the database or in the metrics. Pairing it with Allow limits failures only: peek before an
+// attempt, refuse while the window is exhausted, and Allow (spend) when the attempt failed. Like
+// Allow, Peek returns an error only when the store fails.
+func (l *Limiter) Peek(ctx context.Context, action Action, ip netip.Addr, email string) (*Decision, error) {
+	return l.decide(ctx, action, ip, email, l.peek)
+}
+
+// decide runs check on each rule of action that applies, IP first, and answers as Allow says.
+func (l *Limiter) decide(ctx context.Context, action Action, ip netip.Addr, email string,
+	check func(ctx context.Context, rule *limiterRule, value string, now time.Time) (*Decision, error),
+) (*Decision, error) {
 	ar, ok := l.actions[action]
 	if !ok {
 		return nil, fmt.Errorf("no rate-limit rule for action %q", action)
@@ -191,17 +235,28 @@ func (l *Limiter) Allow(ctx context.Context, action Action, ip netip.Addr, email
 	now := l.now()
 
 	var answer *Decision
+	var checked []*Decision
 	if ar.ip != nil {
-		d, err := l.check(ctx, ar.ip, BucketKey(ip), now)
-		if err != nil || !d.Allowed {
-			return d, err
+		d, err := check(ctx, ar.ip, BucketKey(ip), now)
+		if err != nil {
+			return nil, err
+		}
+		checked = append(checked, d)
+		if !d.Allowed {
+			d.checked = checked
+			return d, nil
 		}
 		answer = d
 	}
 	if ar.email != nil && email != "" {
-		d, err := l.check(ctx, ar.email, email, now)
-		if err != nil || !d.Allowed {
-			return d, err
+		d, err := check(ctx, ar.email, email, now)
+		if err != nil {
+			return nil, err
+		}
+		checked = append(checked, d)
+		if !d.Allowed {
+			d.checked = checked
+			return d, nil
 		}
 		if answer == nil || d.Remaining < answer.Remaining ||
 			(d.Remaining == answer.Remaining && d.ResetAfter > answer.ResetAfter) {
@@ -211,6 +266,7 @@ func (l *Limiter) Allow(ctx context.Context, action Action, ip netip.Addr, email
 	if answer == nil { // only an email rule, and no email
 		answer = &Decision{Allowed: true}
 	}
+	answer.checked = checked
 	return answer, nil
 }
 
@@ -244,6 +300,36 @@ func (l *Limiter) check(ctx context.Context, rule *limiterRule, value string, no
 	observe(rule.allowed)
 	d.Allowed = true
 	d.Remaining = max(rule.Limit-count, 0)
+	return d, nil
+}
+
+// peek reads rule's current window for value and decides as check would, spending nothing. A
+// window found at its limit goes into the deny cache: counts only grow within a window, so it
+// stays refused until it ends.
+func (l *Limiter) peek(ctx context.Context, rule *limiterRule, value string, now time.Time) (*Decision, error) {
+	win := windowAt(now, rule.Window)
+	key := l.keys.key(rule.Action, rule.Scope, value)
+	d := &Decision{Rule: rule.Rule, ResetAfter: win.end.Sub(now)}
+
+	if l.denied != nil && l.denied.contains(key, win.start, now) {
+		return d, nil
+	}
+
+	count, err := l.store.RateLimitCounterGet(ctx, &db.RateLimitCounterGetParams{
+		KeyHash:     key[:],
+		WindowStart: win.start,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("error reading rate limit %s: %w", rule.PolicyName(), err)
+	}
+	if count >= rule.Limit {
+		if l.denied != nil {
+			l.denied.add(key, win.start, win.end)
+		}
+		return d, nil
+	}
+	d.Allowed = true
+	d.Remaining = rule.Limit - count
 	return d, nil
 }
 

@@ -204,6 +204,32 @@ func TestLimiter_AllowStore(t *testing.T) {
 			require.Len(t, counterRows(t, store), 2, "one row per window")
 		})
 
+		t.Run("PeekSeesOtherProcesses", func(t *testing.T) {
+			t.Parallel()
+
+			// Two limiters on one store are two API processes: one spends, the other peeks.
+			l, bundle := setup(t, nil)
+			other := NewLimiter(bundle.store, testSecret, DefaultRules(), &LimiterConfig{NowFunc: bundle.clock.Now})
+			ctx := context.Background()
+
+			for i := range 5 {
+				d, err := other.Peek(ctx, ActionRegister, clientIP, "")
+				require.NoError(t, err)
+				require.True(t, d.Allowed)
+				require.Equal(t, int64(5-i), d.Remaining)
+				_, err = l.Allow(ctx, ActionRegister, clientIP, "")
+				require.NoError(t, err)
+			}
+			d, err := other.Peek(ctx, ActionRegister, clientIP, "")
+			require.NoError(t, err)
+			require.False(t, d.Allowed)
+			require.Equal(t, int64(900-90), d.RetryAfterSeconds())
+
+			rows := counterRows(t, bundle.store)
+			require.Len(t, rows, 1, "peeks created no counter")
+			require.Equal(t, int64(5), rows[0].Count)
+		})
+
 		t.Run("CountersHoldNoRawValues", func(t *testing.T) {
 			t.Parallel()
 

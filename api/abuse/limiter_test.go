@@ -54,6 +54,16 @@ func (m *memConsumer) RateLimitCounterConsume(_ context.Context, params *db.Rate
 	return m.counts[k], true, nil
 }
 
+func (m *memConsumer) RateLimitCounterGet(_ context.Context, params *db.RateLimitCounterGetParams) (int64, error) {
+	m.calls.Add(1)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.err != nil {
+		return 0, m.err
+	}
+	return m.counts[memKey{string(params.KeyHash), params.WindowStart.UnixNano()}], nil
+}
+
 // countingConsumer wraps a Consumer and counts the calls that reach it.
 type countingConsumer struct {
 	Consumer
@@ -63,6 +73,11 @@ type countingConsumer struct {
 func (c *countingConsumer) RateLimitCounterConsume(ctx context.Context, params *db.RateLimitCounterConsumeParams) (int64, bool, error) {
 	c.calls.Add(1)
 	return c.Consumer.RateLimitCounterConsume(ctx, params)
+}
+
+func (c *countingConsumer) RateLimitCounterGet(ctx context.Context, params *db.RateLimitCounterGetParams) (int64, error) {
+	c.calls.Add(1)
+	return c.Consumer.RateLimitCounterGet(ctx, params)
 }
 
 // stubClock is a settable clock for NowFunc.
@@ -206,6 +221,58 @@ func TestLimiter_Allow(t *testing.T) {
 		d = allow(t, l, ActionForgotPassword, clientIP2, "bob@example.com")
 		require.True(t, d.Allowed)
 		require.Equal(t, int64(2), d.Remaining)
+	})
+
+	t.Run("OfTellsEachRule", func(t *testing.T) {
+		t.Parallel()
+
+		l, _ := setup(t, nil)
+
+		// Allowed: the answer is the tightest rule (the email's, 2 left), Of gives each.
+		d := allow(t, l, ActionForgotPassword, clientIP, "alice@example.com")
+		require.Equal(t, ScopeEmail, d.Rule.Scope)
+		ip, ok := d.Of(ScopeIP)
+		require.True(t, ok)
+		require.True(t, ip.Allowed)
+		require.Equal(t, int64(4), ip.Remaining)
+		require.Equal(t, 15*time.Minute, ip.ResetAfter)
+		email, ok := d.Of(ScopeEmail)
+		require.True(t, ok)
+		require.Equal(t, int64(2), email.Remaining)
+
+		// Refused by the email rule: Of(ScopeIP) is the IP rule's admission, with its headers only.
+		for i := range 2 {
+			allow(t, l, ActionForgotPassword, netip.AddrFrom4([4]byte{203, 0, 113, byte(i)}), "alice@example.com")
+		}
+		d = allow(t, l, ActionForgotPassword, clientIP2, "alice@example.com")
+		require.False(t, d.Allowed)
+		require.Equal(t, ScopeEmail, d.Rule.Scope)
+		ip, ok = d.Of(ScopeIP)
+		require.True(t, ok)
+		require.True(t, ip.Allowed)
+		require.Equal(t, int64(4), ip.Remaining)
+		h := http.Header{}
+		ip.SetHeaders(h)
+		require.Equal(t, `"forgot-password-ip";q=5;w=900`, h.Get("RateLimit-Policy"))
+		require.Equal(t, `"forgot-password-ip";r=4;t=900`, h.Get("RateLimit"))
+		require.Empty(t, h.Get("Retry-After"))
+
+		// Refused by the IP rule: the email rule was not checked.
+		for range 4 {
+			allow(t, l, ActionForgotPassword, clientIP2, "")
+		}
+		d = allow(t, l, ActionForgotPassword, clientIP2, "bob@example.com")
+		require.False(t, d.Allowed)
+		ip, ok = d.Of(ScopeIP)
+		require.True(t, ok)
+		require.Same(t, d, ip)
+		_, ok = d.Of(ScopeEmail)
+		require.False(t, ok)
+
+		// No email given: no email decision.
+		d = allow(t, l, ActionRegister, clientIP, "")
+		_, ok = d.Of(ScopeEmail)
+		require.False(t, ok)
 	})
 
 	t.Run("EmptyEmailSkipsEmailRule", func(t *testing.T) {
@@ -388,6 +455,150 @@ func TestLimiter_Allow(t *testing.T) {
 	})
 }
 
+func TestLimiter_Peek(t *testing.T) {
+	t.Parallel()
+
+	type testBundle struct {
+		clock    *stubClock
+		consumer *memConsumer
+		registry *prometheus.Registry
+	}
+
+	setup := func(t *testing.T, config *LimiterConfig) (*Limiter, *testBundle) {
+		t.Helper()
+
+		bundle := &testBundle{
+			clock:    &stubClock{now: windowBase.Add(time.Minute)},
+			consumer: newMemConsumer(),
+			registry: prometheus.NewRegistry(),
+		}
+		if config == nil {
+			config = &LimiterConfig{}
+		}
+		config.NowFunc = bundle.clock.Now
+		config.Registerer = bundle.registry
+		return NewLimiter(bundle.consumer, testSecret, DefaultRules(), config), bundle
+	}
+
+	ctx := context.Background()
+
+	peek := func(t *testing.T, l *Limiter, action Action, ip netip.Addr, email string) *Decision {
+		t.Helper()
+		d, err := l.Peek(ctx, action, ip, email)
+		require.NoError(t, err)
+		return d
+	}
+
+	t.Run("SpendsNothing", func(t *testing.T) {
+		t.Parallel()
+
+		l, bundle := setup(t, nil)
+
+		for range 10 {
+			d := peek(t, l, ActionRegister, clientIP, "alice@example.com")
+			require.True(t, d.Allowed)
+			require.Equal(t, ScopeEmail, d.Rule.Scope, "the tightest rule answers, as with Allow")
+			require.Equal(t, int64(3), d.Remaining, "nothing spent yet: the whole window is left")
+			require.Equal(t, time.Hour-time.Minute, d.ResetAfter)
+		}
+		require.Empty(t, bundle.consumer.counts, "a peek counted something")
+
+		// Allow then sees the untouched window.
+		d, err := l.Allow(ctx, ActionRegister, clientIP, "alice@example.com")
+		require.NoError(t, err)
+		require.Equal(t, int64(2), d.Remaining)
+		require.Equal(t, int64(2), peek(t, l, ActionRegister, clientIP, "alice@example.com").Remaining)
+	})
+
+	t.Run("RefusedAtLimit", func(t *testing.T) {
+		t.Parallel()
+
+		l, _ := setup(t, nil)
+
+		for i := range 5 {
+			require.Equal(t, int64(5-i), peek(t, l, ActionRegister, clientIP, "").Remaining)
+			_, err := l.Allow(ctx, ActionRegister, clientIP, "")
+			require.NoError(t, err)
+		}
+		d := peek(t, l, ActionRegister, clientIP, "")
+		require.False(t, d.Allowed)
+		require.Equal(t, ScopeIP, d.Rule.Scope)
+		require.Equal(t, int64(840), d.RetryAfterSeconds())
+		ip, ok := d.Of(ScopeIP)
+		require.True(t, ok)
+		require.Same(t, d, ip)
+
+		// The email rule is not read after an IP refusal; another IP is unaffected.
+		_, ok = peek(t, l, ActionRegister, clientIP, "alice@example.com").Of(ScopeEmail)
+		require.False(t, ok)
+		require.True(t, peek(t, l, ActionRegister, clientIP2, "").Allowed)
+	})
+
+	t.Run("EmailAtLimit", func(t *testing.T) {
+		t.Parallel()
+
+		l, _ := setup(t, nil)
+
+		for i := range 3 {
+			_, err := l.Allow(ctx, ActionForgotPassword, netip.AddrFrom4([4]byte{203, 0, 113, byte(i)}), "alice@example.com")
+			require.NoError(t, err)
+		}
+		d := peek(t, l, ActionForgotPassword, clientIP, "alice@example.com")
+		require.False(t, d.Allowed)
+		require.Equal(t, ScopeEmail, d.Rule.Scope)
+		ip, ok := d.Of(ScopeIP)
+		require.True(t, ok)
+		require.Equal(t, int64(5), ip.Remaining)
+	})
+
+	t.Run("DenyCache", func(t *testing.T) {
+		t.Parallel()
+
+		l, bundle := setup(t, nil)
+
+		for range 5 {
+			_, err := l.Allow(ctx, ActionRegister, clientIP, "")
+			require.NoError(t, err)
+		}
+		require.False(t, peek(t, l, ActionRegister, clientIP, "").Allowed)
+		calls := bundle.consumer.calls.Load()
+		for range 10 {
+			require.False(t, peek(t, l, ActionRegister, clientIP, "").Allowed)
+		}
+		require.Equal(t, calls, bundle.consumer.calls.Load(), "a window found exhausted is remembered")
+
+		bundle.clock.Set(windowBase.Add(15 * time.Minute))
+		require.True(t, peek(t, l, ActionRegister, clientIP, "").Allowed)
+	})
+
+	t.Run("NotInMetrics", func(t *testing.T) {
+		t.Parallel()
+
+		l, bundle := setup(t, nil)
+
+		peek(t, l, ActionRegister, clientIP, "alice@example.com")
+		for _, outcome := range []string{"allowed", "refused"} {
+			require.Zero(t, decisionsCount(t, bundle.registry, "register", "ip", outcome))
+			require.Zero(t, decisionsCount(t, bundle.registry, "register", "email", outcome))
+		}
+	})
+
+	t.Run("ErrorsAndUnknownAction", func(t *testing.T) {
+		t.Parallel()
+
+		l, bundle := setup(t, nil)
+
+		_, err := l.Peek(ctx, "login", clientIP, "")
+		require.ErrorContains(t, err, `no rate-limit rule for action "login"`)
+
+		bundle.consumer.err = errors.New("connection refused")
+		d, err := l.Peek(ctx, ActionRegister, clientIP, "")
+		require.Nil(t, d)
+		require.ErrorIs(t, err, bundle.consumer.err)
+		require.ErrorContains(t, err, "error reading rate limit register-ip")
+	})
+}
+
 // decisionsCount reads one series of postguard_rate_limit_decisions_total from a registry.
 // (prometheus/testutil would pull a module go.mod does not list.)
 func decisionsCount(t *testing.T, reg *prometheus.Registry, action, scope, outcome string) float64 {
@@ -411,6 +622,13 @@ func decisionsCount(t *testing.T, reg *prometheus.Registry, action, scope, outco
 	}
 	t.Fatalf("no series action=%s scope=%s outcome=%s", action, scope, outcome)
 	return 0
+}
+
+func TestLimiter_Rules(t *testing.T) {
+	t.Parallel()
+
+	rules := DefaultRules().With(Rule{Action: ActionRegister, Scope: ScopeIP, Limit: 9, Window: time.Hour})
+	require.Equal(t, rules.All(), NewLimiter(newMemConsumer(), testSecret, rules, nil).Rules().All())
 }
 
 func TestNewLimiter_Panics(t *testing.T) {

@@ -16,6 +16,10 @@ const (
 	ActionRegister           Action = "register"
 	ActionForgotPassword     Action = "forgot_password"
 	ActionResendVerification Action = "resend_verification"
+	ActionResetPassword      Action = "reset_password"
+	// ActionRiverUILogin counts failed basic-auth logins to River UI: the api package peeks at
+	// it before checking credentials and spends it only when they are wrong.
+	ActionRiverUILogin Action = "riverui_login"
 )
 
 // Scope is what a rule counts requests by.
@@ -137,6 +141,8 @@ type Rules struct {
 //	register             5 / 15m    3 / 1h
 //	forgot_password      5 / 15m    3 / 1h
 //	resend_verification  6 / 15m    3 / 30m
+//	reset_password       10 / 15m   —
+//	riverui_login        10 / 15m   —   (failed River UI logins)
 func DefaultRules() Rules {
 	return Rules{rules: []Rule{
 		{Action: ActionRegister, Scope: ScopeIP, Limit: 5, Window: 15 * time.Minute},
@@ -145,6 +151,8 @@ func DefaultRules() Rules {
 		{Action: ActionForgotPassword, Scope: ScopeEmail, Limit: 3, Window: time.Hour},
 		{Action: ActionResendVerification, Scope: ScopeIP, Limit: 6, Window: 15 * time.Minute},
 		{Action: ActionResendVerification, Scope: ScopeEmail, Limit: 3, Window: 30 * time.Minute},
+		{Action: ActionResetPassword, Scope: ScopeIP, Limit: 10, Window: 15 * time.Minute},
+		{Action: ActionRiverUILogin, Scope: ScopeIP, Limit: 10, Window: 15 * time.Minute},
 	}}
 }
 

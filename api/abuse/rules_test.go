@@ -74,6 +74,8 @@ func TestDefaultRules(t *testing.T) {
 		{Action: ActionForgotPassword, Scope: ScopeEmail, Limit: 3, Window: time.Hour},
 		{Action: ActionResendVerification, Scope: ScopeIP, Limit: 6, Window: 15 * time.Minute},
 		{Action: ActionResendVerification, Scope: ScopeEmail, Limit: 3, Window: 30 * time.Minute},
+		{Action: ActionResetPassword, Scope: ScopeIP, Limit: 10, Window: 15 * time.Minute},
+		{Action: ActionRiverUILogin, Scope: ScopeIP, Limit: 10, Window: 15 * time.Minute},
 	}, rules.All())
 }
 
@@ -137,7 +139,7 @@ func TestRules_With(t *testing.T) {
 		got, ok := rules.Get(ActionForgotPassword, ScopeEmail)
 		require.True(t, ok)
 		require.Equal(t, override, got)
-		require.Len(t, rules.All(), 6)
+		require.Len(t, rules.All(), len(defaults.All()))
 		require.Equal(t, override, rules.All()[3], "order is kept")
 
 		// The original is untouched.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/netip"
 	"net/url"
 	"strconv"
@@ -51,8 +52,10 @@ func loadConfig(getenv func(string) string) (*config, error) {
 
 	p.databaseURL(cfg)
 	cfg.AppURL = p.appURL()
+	cfg.MetricsAddr = p.metricsAddr()
 	cfg.AppSecret = p.secret(cfg.Engine)
 	cfg.TrustedProxies = p.trustedProxies()
+	cfg.ClientIPHeader = p.clientIPHeader()
 	cfg.Rules = p.rules()
 	cfg.Mailer = p.mailer(cfg)
 	cfg.LogFormat, cfg.LogLevel = p.logging()
@@ -169,6 +172,25 @@ func (p *envParser) appURL() string {
 	return strings.TrimRight(raw, "/")
 }
 
+// metricsOff is the METRICS_ADDR that serves no metrics listener.
+const metricsOff = "off"
+
+func (p *envParser) metricsAddr() string {
+	addr := cmp.Or(p.getenv("METRICS_ADDR"), "127.0.0.1:9464")
+	if addr == metricsOff {
+		return ""
+	}
+	_, port, err := net.SplitHostPort(addr)
+	if err == nil {
+		_, err = strconv.ParseUint(port, 10, 16)
+	}
+	if err != nil {
+		p.fail("METRICS_ADDR", "%q is not a listen address like 127.0.0.1:9464 or :9464, or %q to serve no metrics", addr, metricsOff)
+		return ""
+	}
+	return addr
+}
+
 func (p *envParser) secret(engine string) []byte {
 	s := p.getenv("APP_SECRET")
 	switch {
@@ -193,6 +215,15 @@ func (p *envParser) trustedProxies() []netip.Prefix {
 		return nil
 	}
 	return prefixes
+}
+
+func (p *envParser) clientIPHeader() abuse.ClientIPHeader {
+	header, err := abuse.ParseClientIPHeader(p.getenv("CLIENT_IP_HEADER"))
+	if err != nil {
+		p.fail("CLIENT_IP_HEADER", "%v (X-Forwarded-For, the default, for proxies that append to it; X-Real-IP for a proxy that sets X-Real-IP and passes the client's X-Forwarded-For through)", err)
+		return abuse.HeaderXForwardedFor
+	}
+	return header
 }
 
 func (p *envParser) rules() abuse.Rules {

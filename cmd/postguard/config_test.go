@@ -40,6 +40,28 @@ func TestLoadConfig(t *testing.T) {
 		require.Equal(t, "text", cfg.LogFormat)
 		require.Empty(t, cfg.TrustedProxies)
 		require.Equal(t, abuse.DefaultRules().All(), cfg.Rules.All())
+		require.Equal(t, "127.0.0.1:9464", cfg.MetricsAddr)
+		require.Equal(t, abuse.HeaderXForwardedFor, cfg.ClientIPHeader)
+	})
+
+	t.Run("ClientIPHeader", func(t *testing.T) {
+		t.Parallel()
+
+		for value, want := range map[string]abuse.ClientIPHeader{"X-Forwarded-For": abuse.HeaderXForwardedFor, "X-Real-IP": abuse.HeaderXRealIP, "x-real-ip": abuse.HeaderXRealIP} {
+			cfg, err := loadConfig(envFunc(map[string]string{"CLIENT_IP_HEADER": value}))
+			require.NoError(t, err, value)
+			require.Equal(t, want, cfg.ClientIPHeader, value)
+		}
+	})
+
+	t.Run("MetricsAddr", func(t *testing.T) {
+		t.Parallel()
+
+		for value, want := range map[string]string{"off": "", ":9100": ":9100", "[::1]:9464": "[::1]:9464"} {
+			cfg, err := loadConfig(envFunc(map[string]string{"METRICS_ADDR": value}))
+			require.NoError(t, err, value)
+			require.Equal(t, want, cfg.MetricsAddr, value)
+		}
 	})
 
 	t.Run("SQLitePathVerbatim", func(t *testing.T) {
@@ -80,17 +102,16 @@ func TestLoadConfig(t *testing.T) {
 	t.Run("RateLimitOverride", func(t *testing.T) {
 		t.Parallel()
 
-		cfg, err := loadConfig(envFunc(map[string]string{"RATE_LIMIT_FORGOT_PASSWORD_EMAIL": "7/2h"}))
+		cfg, err := loadConfig(envFunc(map[string]string{"RATE_LIMIT_FORGOT_PASSWORD_EMAIL": "7/2h", "RATE_LIMIT_RESET_PASSWORD_IP": "20/1h"}))
 		require.NoError(t, err)
-		var found bool
-		for _, rule := range cfg.Rules.All() {
-			if rule.EnvName() == "RATE_LIMIT_FORGOT_PASSWORD_EMAIL" {
-				found = true
-				require.Equal(t, int64(7), rule.Limit)
-				require.Equal(t, 2*time.Hour, rule.Window)
-			}
-		}
-		require.True(t, found)
+		forgot, ok := cfg.Rules.Get(abuse.ActionForgotPassword, abuse.ScopeEmail)
+		require.True(t, ok)
+		require.Equal(t, int64(7), forgot.Limit)
+		require.Equal(t, 2*time.Hour, forgot.Window)
+		reset, ok := cfg.Rules.Get(abuse.ActionResetPassword, abuse.ScopeIP)
+		require.True(t, ok)
+		require.Equal(t, int64(20), reset.Limit)
+		require.Equal(t, time.Hour, reset.Window)
 	})
 
 	// Every bad value stops the process with a message that names its variable.
@@ -101,6 +122,7 @@ func TestLoadConfig(t *testing.T) {
 	}{
 		{"RateLimit", map[string]string{"RATE_LIMIT_REGISTER_IP": "abc"}, "RATE_LIMIT_REGISTER_IP"},
 		{"RateLimitZero", map[string]string{"RATE_LIMIT_RESEND_VERIFICATION_EMAIL": "0/1m"}, "RATE_LIMIT_RESEND_VERIFICATION_EMAIL"},
+		{"RateLimitResetPassword", map[string]string{"RATE_LIMIT_RESET_PASSWORD_IP": "10"}, "RATE_LIMIT_RESET_PASSWORD_IP"},
 		{"DatabaseURLScheme", map[string]string{"DATABASE_URL": "mysql://x"}, "DATABASE_URL"},
 		{"DatabaseURLUnparsable", map[string]string{"DATABASE_URL": "postgres://%zz", "APP_SECRET": strings.Repeat("s", 32)}, "DATABASE_URL"},
 		{"SQLiteNoPath", map[string]string{"DATABASE_URL": "sqlite://"}, "DATABASE_URL"},
@@ -120,6 +142,9 @@ func TestLoadConfig(t *testing.T) {
 		{"LogFormat", map[string]string{"LOG_FORMAT": "xml"}, "LOG_FORMAT"},
 		{"LogLevel", map[string]string{"LOG_LEVEL": "loud"}, "LOG_LEVEL"},
 		{"RiverUIHalf", map[string]string{"RIVERUI_USERNAME": "admin"}, "RIVERUI_PASSWORD"},
+		{"MetricsAddr", map[string]string{"METRICS_ADDR": "localhost"}, "METRICS_ADDR"},
+		{"ClientIPHeader", map[string]string{"CLIENT_IP_HEADER": "Forwarded"}, "CLIENT_IP_HEADER"},
+		{"MetricsAddrPort", map[string]string{"METRICS_ADDR": "127.0.0.1:99999"}, "METRICS_ADDR"},
 	} {
 		t.Run("Invalid"+tt.name, func(t *testing.T) {
 			t.Parallel()

@@ -38,6 +38,7 @@ func startProcess(t *testing.T, command string, env map[string]string) *process 
 	t.Helper()
 
 	env["HTTP_ADDR"] = "127.0.0.1:0"
+	env["METRICS_ADDR"] = "127.0.0.1:0"
 	env["LOG_FORMAT"] = "json"
 	cmd := exec.Command(buildPostguard(t), command)
 	for k, v := range env {

@@ -27,6 +27,7 @@ func startServerCommand(t *testing.T, cmd *serverCommand, env map[string]string)
 	t.Helper()
 
 	env["HTTP_ADDR"] = "127.0.0.1:0"
+	env["METRICS_ADDR"] = "127.0.0.1:0"
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan net.Addr, 1)
 	cmd.readyFunc = func(addr net.Addr) { ready <- addr }

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -43,6 +44,9 @@ type runningServer struct {
 	cancel context.CancelFunc
 	exited chan struct{} // closed once the command returned err
 	err    error
+
+	// MetricsURL is http://METRICS_ADDR; "" when the server has no metrics listener.
+	MetricsURL string
 }
 
 // stop sends the equivalent of SIGTERM and returns what the command returned.
@@ -62,11 +66,18 @@ func startServer(t *testing.T, r service.Role, env map[string]string) *runningSe
 	t.Helper()
 
 	env["HTTP_ADDR"] = "127.0.0.1:0"
+	if _, ok := env["METRICS_ADDR"]; !ok {
+		env["METRICS_ADDR"] = "127.0.0.1:0" // never the default port, which tests running at once would share
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan net.Addr, 1)
 	logs := &syncBuffer{}
-	cmd := &serverCommand{role: r, readyFunc: func(addr net.Addr) { ready <- addr }}
 	s := &runningServer{Logs: logs, cancel: cancel, exited: make(chan struct{})}
+	cmd := &serverCommand{
+		role:             r,
+		readyFunc:        func(addr net.Addr) { ready <- addr },
+		metricsReadyFunc: func(addr net.Addr) { s.MetricsURL = "http://" + addr.String() },
+	}
 	go func() {
 		defer close(s.exited)
 		s.err = cmd.Run(ctx, &commandEnv{Getenv: envFunc(env), Stdout: io.Discard, Stderr: logs})
@@ -193,5 +204,33 @@ func TestServe_SQLite(t *testing.T) {
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, http.StatusConflict, resp.StatusCode)
+	require.NoError(t, server.stop(t))
+}
+
+// TestServe_ClientIPHeader is the nginx case through the real wiring: a trusted proxy sets
+// X-Real-IP and passes the client's own X-Forwarded-For through. With CLIENT_IP_HEADER=X-Real-IP
+// the client's X-Forwarded-For does not choose its bucket.
+func TestServe_ClientIPHeader(t *testing.T) {
+	t.Parallel()
+
+	server := startServer(t, service.RoleServe, map[string]string{
+		"DATABASE_URL":                  "sqlite://" + filepath.Join(t.TempDir(), "postguard.db"),
+		"MAILER":                        "none",
+		"TRUSTED_PROXIES":               "127.0.0.1",
+		"CLIENT_IP_HEADER":              "X-Real-IP",
+		"RATE_LIMIT_FORGOT_PASSWORD_IP": "2/15m",
+	})
+	for i, want := range []int{http.StatusAccepted, http.StatusAccepted, http.StatusTooManyRequests} {
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, server.URL+"/v1/auth/forgot-password",
+			strings.NewReader(`{"email":"someone@example.com"}`))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-Real-IP", "203.0.113.50")
+		req.Header.Set("X-Forwarded-For", "198.51.100."+strconv.Itoa(i+1)) // the client's own, a new one each time
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, want, resp.StatusCode, "request %d", i)
+	}
 	require.NoError(t, server.stop(t))
 }

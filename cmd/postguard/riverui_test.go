@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -162,13 +163,15 @@ func TestServe_RiverUI(t *testing.T) {
 		require.NoError(t, json.Unmarshal([]byte(body), &registered))
 
 		t.Run("RefusesWithoutCredentials", func(t *testing.T) {
-			for _, path := range []string{"/riverui/", "/riverui/jobs", "/riverui/api/jobs?state=available", "/riverui/api/states"} {
-				for _, creds := range [][2]string{
-					{"", ""},                                 // none
-					{opsRiverUIUser, "wrong password"},       // wrong password
-					{"someone", opsRiverUIPassword},          // wrong user
-					{opsRiverUIUser, opsRiverUIPassword[1:]}, // a prefix of the password is not it
-				} {
+			wrong := [][2]string{
+				{opsRiverUIUser, "wrong password"},       // wrong password
+				{"someone", opsRiverUIPassword},          // wrong user
+				{opsRiverUIUser, opsRiverUIPassword[1:]}, // a prefix of the password is not it
+			}
+			for i, path := range []string{"/riverui/", "/riverui/jobs", "/riverui/api/jobs?state=available", "/riverui/api/states"} {
+				// Every path without credentials, and each kind of wrong ones on two paths:
+				// eight failed logins, under the limit of ten (LocksOutAfterTenFailures).
+				for _, creds := range [][2]string{{"", ""}, wrong[i%3], wrong[(i+1)%3]} {
 					resp, body := opsGet(t, server.URL+path, creds[0], creds[1], nil)
 					require.Equal(t, http.StatusUnauthorized, resp.StatusCode, "%s with %q: %s", path, creds[0], body)
 					require.Equal(t, `Basic realm="River UI"`, resp.Header.Get("WWW-Authenticate"), path)
@@ -181,6 +184,9 @@ func TestServe_RiverUI(t *testing.T) {
 			resp, body := opsGet(t, server.URL+"/riverui/", opsRiverUIUser, opsRiverUIPassword, http.Header{"Accept": {"text/html"}})
 			require.Equal(t, http.StatusOK, resp.StatusCode, body)
 			require.Contains(t, resp.Header.Get("Content-Type"), "text/html")
+			// No other page may frame it (and have its buttons clicked through an overlay).
+			require.Equal(t, "DENY", resp.Header.Get("X-Frame-Options"))
+			require.Contains(t, resp.Header.Get("Content-Security-Policy"), "frame-ancestors 'none'")
 			require.Contains(t, body, "<title>River</title>")
 			// The UI is told where its API lives, under the prefix.
 			require.Contains(t, body, `"apiUrl":"/riverui/api"`)
@@ -227,6 +233,20 @@ func TestServe_RiverUI(t *testing.T) {
 				require.NotContains(t, raw, email)
 				require.NotContains(t, raw, "example.com")
 				require.NotContains(t, strings.ToLower(raw), "token")
+			}
+		})
+
+		t.Run("LocksOutAfterTenFailures", func(t *testing.T) {
+			// RefusesWithoutCredentials failed eight logins from this IP (127.0.0.1).
+			for range 2 {
+				resp, body := opsGet(t, server.URL+"/riverui/", opsRiverUIUser, "guess", nil)
+				require.Equal(t, http.StatusUnauthorized, resp.StatusCode, body)
+			}
+			for _, password := range []string{"guess", opsRiverUIPassword} {
+				resp, body := opsGet(t, server.URL+"/riverui/api/states", opsRiverUIUser, password, nil)
+				require.Equal(t, http.StatusTooManyRequests, resp.StatusCode, body)
+				require.NotEmpty(t, resp.Header.Get("Retry-After"))
+				require.NotContains(t, body, "available")
 			}
 		})
 
@@ -468,4 +488,186 @@ func opsBrowserFailure(t *testing.T, ctx context.Context, browserLog *syncBuffer
 	}
 	t.Logf("browser log:\n%s", browserLog.String())
 	t.Logf("server log:\n%s", server.Logs.String())
+}
+
+// opsRiverUIPost POSTs body to a River UI path with the credentials and the given headers, as a
+// browser would, and returns the answer with its body read.
+func opsRiverUIPost(t *testing.T, url, body string, header http.Header) (*http.Response, string) {
+	t.Helper()
+
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, url, strings.NewReader(body))
+	require.NoError(t, err)
+	for name, values := range header {
+		req.Header[name] = values
+	}
+	req.SetBasicAuth(opsRiverUIUser, opsRiverUIPassword)
+	resp, err := (&http.Client{Timeout: 15 * time.Second}).Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp, string(b)
+}
+
+// TestServe_RiverUICrossSiteRetry is what another site's page can make a browser that holds River
+// UI's basic-auth credentials send (a <form enctype="text/plain"> posting to River UI's API):
+// refused, the completed job untouched. The same request from River UI's own origin works.
+func TestServe_RiverUICrossSiteRetry(t *testing.T) {
+	t.Parallel()
+
+	opsEngines(t, func(t *testing.T, env map[string]string) {
+		env = opsWithRiverUI(env)
+		env["MAILER"] = "log"
+		server := startServer(t, service.RoleServe, env)
+
+		status, body := opsRegister(t, server.URL, "alan.turing@example.com")
+		require.Equal(t, http.StatusCreated, status, body)
+		var welcome opsRiverUIJob
+		require.Eventually(t, func() bool {
+			for _, job := range opsRiverUIJobs(t, server.URL, "completed") {
+				if job.Kind == "welcome_email" {
+					welcome = job
+					return true
+				}
+			}
+			return false
+		}, 20*time.Second, 50*time.Millisecond, "welcome mail not sent; logs:\n%s", server.Logs.String())
+		job := func() (state string, attempt int) {
+			var got struct {
+				State   string `json:"state"`
+				Attempt int    `json:"attempt"`
+			}
+			require.NoError(t, json.Unmarshal([]byte(opsRiverUIJobRaw(t, server.URL, welcome.ID)), &got))
+			return got.State, got.Attempt
+		}
+		state, attempt := job()
+		require.Equal(t, "completed", state)
+		require.Equal(t, 1, attempt)
+		welcomes := func() int { return strings.Count(server.Logs.String(), "kind=welcome_email to=") }
+		sent := welcomes()
+		require.Positive(t, sent, "the log mailer prints the welcome mail; logs:\n%s", server.Logs.String())
+
+		retry := fmt.Sprintf(`{"ids":["%d"]}`, welcome.ID)
+		resp, body := opsRiverUIPost(t, server.URL+"/riverui/api/jobs/retry", retry, http.Header{
+			"Content-Type":   {"text/plain"},
+			"Origin":         {"https://evil.example"},
+			"Sec-Fetch-Site": {"cross-site"},
+			"Sec-Fetch-Mode": {"navigate"},
+			"Sec-Fetch-Dest": {"document"},
+		})
+		require.Equal(t, http.StatusForbidden, resp.StatusCode, body)
+		require.Equal(t, "application/problem+json", resp.Header.Get("Content-Type"))
+		state, attempt = job()
+		require.Equal(t, "completed", state, "a cross-site request retried the job")
+		require.Equal(t, 1, attempt)
+
+		// River UI's own page sends the same request from its origin: the job is retried and
+		// worked again. (It sends nothing the second time: its mail was accepted already.)
+		resp, body = opsRiverUIPost(t, server.URL+"/riverui/api/jobs/retry", retry, http.Header{
+			"Content-Type":   {"text/plain"},
+			"Origin":         {server.URL},
+			"Sec-Fetch-Site": {"same-origin"},
+		})
+		require.Equal(t, http.StatusOK, resp.StatusCode, body)
+		require.Eventually(t, func() bool {
+			state, attempt := job()
+			return state == "completed" && attempt == 2
+		}, 20*time.Second, 50*time.Millisecond, "the job was not retried; logs:\n%s", server.Logs.String())
+		require.Equal(t, sent, welcomes(), "one welcome, however often its job runs")
+		require.Contains(t, server.Logs.String(), "not sending again")
+
+		require.NoError(t, server.stop(t))
+	})
+}
+
+// TestServe_RiverUIBrowserCrossSite is the cross-site retry in a real headless Chromium holding
+// River UI's credentials: a page of another origin auto-submits a <form enctype="text/plain">
+// to River UI's retry API. The browser sends it with the credentials, as it would with cached
+// basic auth; the service refuses it, and the completed job stays completed.
+func TestServe_RiverUIBrowserCrossSite(t *testing.T) {
+	t.Parallel()
+
+	chromium := opsChromium(t)
+	userDataDir := t.TempDir()
+
+	server := startServer(t, service.RoleServe, opsWithRiverUI(map[string]string{
+		"DATABASE_URL": "sqlite://" + filepath.Join(t.TempDir(), "postguard.db"),
+		"MAILER":       "log",
+	}))
+	status, body := opsRegister(t, server.URL, "grace.hopper@example.com")
+	require.Equal(t, http.StatusCreated, status, body)
+	var welcome opsRiverUIJob
+	require.Eventually(t, func() bool {
+		for _, job := range opsRiverUIJobs(t, server.URL, "completed") {
+			if job.Kind == "welcome_email" {
+				welcome = job
+				return true
+			}
+		}
+		return false
+	}, 20*time.Second, 50*time.Millisecond, "welcome mail not sent; logs:\n%s", server.Logs.String())
+
+	// The other site: another origin (another port), whose page posts to River UI at once. The
+	// text/plain body of name={"ids":["N"],"x":" and value="} is JSON River UI reads.
+	evil := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		fmt.Fprintf(w, `<!doctype html><form id="f" method="post" enctype="text/plain" action="%s/riverui/api/jobs/retry">`+
+			`<input type="hidden" name='{"ids":["%d"],"x":"' value='"}'></form><script>document.getElementById("f").submit()</script>`,
+			server.URL, welcome.ID)
+	}))
+	t.Cleanup(evil.Close)
+
+	testCtx, cancelTest := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancelTest)
+	browserLog := &syncBuffer{}
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(testCtx,
+		chromedp.ExecPath(chromium),
+		chromedp.Headless,
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.UserDataDir(userDataDir),
+		chromedp.CombinedOutput(browserLog),
+	)
+	t.Cleanup(cancelAlloc)
+	ctx, cancelBrowser := chromedp.NewContext(allocCtx)
+	t.Cleanup(cancelBrowser)
+	defer func() {
+		if t.Failed() {
+			opsBrowserFailure(t, ctx, browserLog, server)
+		}
+	}()
+
+	_, err := chromedp.Call(ctx, network.Enable, network.EnableParams{})
+	require.NoError(t, err, "error starting chromium")
+	auth := "Basic " + base64.StdEncoding.EncodeToString([]byte(opsRiverUIUser+":"+opsRiverUIPassword))
+	_, err = chromedp.Call(ctx, network.SetExtraHTTPHeaders, network.SetExtraHTTPHeadersParams{
+		Headers: network.Headers{"Authorization": auth},
+	})
+	require.NoError(t, err)
+
+	stepCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	_, err = chromedp.Run(stepCtx, chromedp.NavigateResponse(evil.URL))
+	require.NoError(t, err)
+	_, err = chromedp.Run(stepCtx, chromedp.Poll[bool](
+		`location.href.includes('/riverui/api/jobs/retry') && document.body !== null && document.body.innerText.length > 0`,
+		chromedp.WithPollingInterval(50*time.Millisecond), chromedp.WithPollingTimeout(25*time.Second)))
+	require.NoError(t, err, "the form was not submitted")
+	text, err := chromedp.Run(stepCtx, chromedp.Evaluate[string](`document.body.innerText`))
+	require.NoError(t, err)
+	require.Contains(t, text, `"status":403`, "the browser's cross-site post was not refused")
+
+	raw := opsRiverUIJobRaw(t, server.URL, welcome.ID)
+	var job struct {
+		State   string `json:"state"`
+		Attempt int    `json:"attempt"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(raw), &job))
+	require.Equal(t, "completed", job.State, "the cross-site post retried the job")
+	require.Equal(t, 1, job.Attempt)
+	require.NoError(t, server.stop(t))
 }

@@ -22,6 +22,10 @@ type serverCommand struct {
 	// readyFunc, when set, is called with the listener's address once the process serves (tests).
 	readyFunc func(addr net.Addr)
 
+	// metricsReadyFunc, when set, is called with the metrics listener's address (METRICS_ADDR)
+	// just before readyFunc, when there is one (tests).
+	metricsReadyFunc func(addr net.Addr)
+
 	// apiConfigFunc, when set, makes last changes to the API's config before its router is built
 	// (tests: a short RequestTimeout, so a database outage is seen in seconds).
 	apiConfigFunc func(config *api.Config)
@@ -44,19 +48,42 @@ func (c *serverCommand) Run(ctx context.Context, env *commandEnv) error {
 	}
 	server := service.NewHTTPServer(svc.Handler, logger)
 
+	// /metrics has a listener of its own on the roles that serve the public API (see
+	// service.Service.MetricsHandler).
+	var metricsListener net.Listener
+	var metricsServer *http.Server
+	if svc.MetricsHandler != nil {
+		metricsListener, err = (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.MetricsAddr)
+		if err != nil {
+			_ = listener.Close()
+			return fmt.Errorf("error listening on METRICS_ADDR %s: %w", cfg.MetricsAddr, err)
+		}
+		metricsServer = service.NewHTTPServer(svc.MetricsHandler, logger)
+	}
+
 	// River runs on a context SIGTERM does not cancel, so the shutdown below decides the order.
 	riverCtx := context.WithoutCancel(ctx)
 	if c.role.Works() {
 		if err := svc.Store.Jobs().Start(riverCtx); err != nil {
+			_ = listener.Close()
 			return fmt.Errorf("error starting River: %w", err)
 		}
 	}
 
-	serveErr := make(chan error, 1)
+	serveErr := make(chan error, 2)
 	go func() { serveErr <- server.Serve(listener) }()
-	logger.InfoContext(ctx, "postguard started",
+	started := []any{
 		slog.String("role", string(c.role)), slog.String("engine", svc.Store.Engine()),
-		slog.String("addr", listener.Addr().String()), slog.String("mailer", svc.Mailer))
+		slog.String("addr", listener.Addr().String()), slog.String("mailer", svc.Mailer),
+	}
+	if metricsServer != nil {
+		go func() { serveErr <- metricsServer.Serve(metricsListener) }()
+		started = append(started, slog.String("metrics_addr", metricsListener.Addr().String()))
+	}
+	logger.InfoContext(ctx, "postguard started", started...)
+	if c.metricsReadyFunc != nil && metricsListener != nil {
+		c.metricsReadyFunc(metricsListener.Addr())
+	}
 	if c.readyFunc != nil {
 		c.readyFunc(listener.Addr())
 	}
@@ -68,18 +95,27 @@ func (c *serverCommand) Run(ctx context.Context, env *commandEnv) error {
 	case err := <-serveErr:
 		runErr = fmt.Errorf("error serving HTTP: %w", err)
 	}
-	return errors.Join(runErr, c.shutdown(riverCtx, svc, server))
+	return errors.Join(runErr, c.shutdown(riverCtx, svc, server, metricsServer))
 }
 
 // shutdown stops taking requests and lets running requests and jobs finish within
-// SHUTDOWN_TIMEOUT, HTTP and River at the same time.
-func (c *serverCommand) shutdown(ctx context.Context, svc *service.Service, server *http.Server) error {
+// SHUTDOWN_TIMEOUT, HTTP (both listeners; metrics may be nil) and River at the same time.
+func (c *serverCommand) shutdown(ctx context.Context, svc *service.Service, server, metrics *http.Server) error {
 	timeout := svc.Config.ShutdownTimeout
 	httpDone := make(chan error, 1)
 	go func() {
 		shutdownCtx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
-		httpDone <- server.Shutdown(shutdownCtx)
+		metricsDone := make(chan error, 1)
+		go func() {
+			if metrics == nil {
+				metricsDone <- nil
+				return
+			}
+			metricsDone <- metrics.Shutdown(shutdownCtx)
+		}()
+		err := server.Shutdown(shutdownCtx)
+		httpDone <- errors.Join(err, <-metricsDone)
 	}()
 
 	var riverErr error

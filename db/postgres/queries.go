@@ -99,6 +99,12 @@ func (q *queries) EmailTokenInsert(ctx context.Context, params *db.EmailTokenIns
 	return wrap("inserting email token", sqlc.EmailTokenInsert(ctx, q.dbtx, dbsqlc.EmailTokenInsertParams(*params)))
 }
 
+// EmailTokenLookup implements db.Queries.
+func (q *queries) EmailTokenLookup(ctx context.Context, tokenHash []byte, purpose db.TokenPurpose, now time.Time) (int64, error) {
+	userID, err := sqlc.EmailTokenLookup(ctx, q.dbtx, dbsqlc.EmailTokenLookupParams{TokenHash: tokenHash, Purpose: purpose, Now: now})
+	return userID, wrap("looking up email token", err)
+}
+
 // EmailTokenInvalidateUser implements db.Queries.
 func (q *queries) EmailTokenInvalidateUser(ctx context.Context, userID int64, purpose db.TokenPurpose, now time.Time) error {
 	_, err := sqlc.EmailTokenInvalidateUser(ctx, q.dbtx, dbsqlc.EmailTokenInvalidateUserParams{Now: now, UserID: userID, Purpose: purpose})
@@ -173,6 +179,15 @@ func (c *counters) RateLimitCounterConsume(ctx context.Context, params *db.RateL
 		return params.LimitCount, false, nil
 	}
 	return count, err == nil, wrap("consuming rate limit counter", err)
+}
+
+// RateLimitCounterGet implements db.Counters: no row is a count of 0.
+func (c *counters) RateLimitCounterGet(ctx context.Context, params *db.RateLimitCounterGetParams) (int64, error) {
+	count, err := sqlc.RateLimitCounterGet(ctx, c.pool, dbsqlc.RateLimitCounterGetParams(*params))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, nil
+	}
+	return count, wrap("reading rate limit counter", err)
 }
 
 // wrap says what failed, its error converted to db's; nil stays nil.

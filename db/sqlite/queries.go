@@ -131,6 +131,12 @@ func (q *queries) EmailTokenConsume(ctx context.Context, tokenHash []byte, purpo
 	return userID, failed("consuming email token", err)
 }
 
+// EmailTokenLookup implements db.Queries.
+func (q *queries) EmailTokenLookup(ctx context.Context, tokenHash []byte, purpose db.TokenPurpose, now time.Time) (int64, error) {
+	userID, err := sqlc.EmailTokenLookup(ctx, q.dbtx, dbsqlc.EmailTokenLookupParams{TokenHash: tokenHash, Purpose: purpose, Now: us(now)})
+	return userID, failed("looking up email token", err)
+}
+
 // EmailTokenInvalidateUser implements db.Queries.
 func (q *queries) EmailTokenInvalidateUser(ctx context.Context, userID int64, purpose db.TokenPurpose, now time.Time) error {
 	nowUS := us(now)
@@ -221,6 +227,15 @@ func (q *queries) RateLimitCounterConsume(ctx context.Context, params *db.RateLi
 		return 0, false, failed("consuming rate limit counter", err)
 	}
 	return count, true, nil
+}
+
+// RateLimitCounterGet implements db.Counters: no row is a count of 0.
+func (q *queries) RateLimitCounterGet(ctx context.Context, params *db.RateLimitCounterGetParams) (int64, error) {
+	count, err := sqlc.RateLimitCounterGet(ctx, q.dbtx, dbsqlc.RateLimitCounterGetParams{KeyHash: params.KeyHash, WindowStart: us(params.WindowStart)})
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, nil
+	}
+	return count, failed("reading rate limit counter", err)
 }
 
 // RateLimitCounterDeleteExpired implements db.Queries.

@@ -61,6 +61,17 @@ WHERE token_hash = @token_hash
     AND expires_at > @now
 RETURNING user_id;
 
+-- name: EmailTokenLookup :one
+-- EmailTokenLookup returns the user of an unused, unexpired token of the given purpose, and
+-- changes nothing: a read that lets a request prove its token usable before work only such a
+-- token deserves. EmailTokenConsume still decides, atomically, which use wins.
+SELECT user_id
+FROM email_tokens
+WHERE token_hash = @token_hash
+    AND purpose = @purpose
+    AND used_at IS NULL
+    AND expires_at > @now;
+
 -- name: EmailTokenInvalidateUser :execrows
 -- EmailTokenInvalidateUser marks every unused token of one purpose of a user used.
 UPDATE email_tokens

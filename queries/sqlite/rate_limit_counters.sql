@@ -20,6 +20,14 @@ SET count = rate_limit_counters.count + 1
 WHERE rate_limit_counters.count < excluded.limit_count
 RETURNING count;
 
+-- name: RateLimitCounterGet :one
+-- RateLimitCounterGet reads the count of one fixed window without spending any of it. No row back
+-- means nothing was counted in that window yet.
+SELECT count
+FROM rate_limit_counters
+WHERE key_hash = @key_hash
+    AND window_start = @window_start;
+
 -- name: RateLimitCounterDeleteExpired :execrows
 -- RateLimitCounterDeleteExpired deletes up to @max counters whose window ended before @before.
 DELETE FROM rate_limit_counters

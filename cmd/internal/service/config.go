@@ -36,6 +36,10 @@ type Config struct {
 	HTTPAddr string
 	AppURL   string
 
+	// MetricsAddr is the listener of /metrics for serve and api; "" when METRICS_ADDR is off. A
+	// worker serves /metrics on HTTPAddr.
+	MetricsAddr string
+
 	// AppSecret is nil on the embedded default when APP_SECRET is unset: the engine then keeps a
 	// generated one in PATH.secret beside the database.
 	AppSecret []byte
@@ -48,6 +52,9 @@ type Config struct {
 
 	TrustedProxies []netip.Prefix
 	Rules          abuse.Rules
+
+	// ClientIPHeader is CLIENT_IP_HEADER: the header a trusted proxy's client address is read from.
+	ClientIPHeader abuse.ClientIPHeader
 
 	RiverUIUsername string
 	RiverUIPassword string

@@ -60,6 +60,10 @@ type Service struct {
 	// Handler is the role's HTTP handler: the API (with River UI when configured), or health
 	// and metrics only for a worker.
 	Handler http.Handler
+	// MetricsHandler serves /metrics on METRICS_ADDR, for the roles that serve the public API
+	// (its delivery counts by kind would tell anyone which addresses have accounts); nil for a
+	// worker, which serves /metrics on HTTP_ADDR, and when METRICS_ADDR is off.
+	MetricsHandler http.Handler
 	// Mailer names the mailer in use, for the start line: the one Config.Mailer names, or
 	// "custom" for Opts.Sender.
 	Mailer string
@@ -142,6 +146,11 @@ func New(ctx context.Context, config *Config, logger *slog.Logger, role Role, op
 
 	if s.Handler, err = s.handler(secret, opts); err != nil {
 		return nil, err
+	}
+	if role.Serves() && config.MetricsAddr != "" {
+		if s.MetricsHandler, err = api.MetricsRouter(&api.Config{Logger: logger, Registerer: registry, Gatherer: registry}); err != nil {
+			return nil, err
+		}
 	}
 	return s, nil
 }
@@ -226,7 +235,7 @@ func (s *Service) handler(secret []byte, opts *Opts) (http.Handler, error) {
 	apiConfig := &api.Config{
 		Store:           s.Store,
 		Limiter:         abuse.NewLimiter(s.Store, secret, config.Rules, &abuse.LimiterConfig{Registerer: s.Registry}),
-		IPResolver:      abuse.NewIPResolver(config.TrustedProxies),
+		IPResolver:      abuse.NewIPResolver(config.TrustedProxies).WithHeader(config.ClientIPHeader),
 		Secret:          secret,
 		AppURL:          config.AppURL,
 		Logger:          s.Logger,

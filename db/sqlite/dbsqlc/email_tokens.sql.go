@@ -207,3 +207,28 @@ func (q *Queries) EmailTokenInvalidateUser(ctx context.Context, db DBTX, arg Ema
 	}
 	return result.RowsAffected()
 }
+
+const emailTokenLookup = `-- name: EmailTokenLookup :one
+SELECT user_id
+FROM email_tokens
+WHERE token_hash = ?1
+    AND purpose = ?2
+    AND used_at IS NULL
+    AND expires_at > ?3
+`
+
+type EmailTokenLookupParams struct {
+	TokenHash []byte
+	Purpose   db.TokenPurpose
+	Now       int64
+}
+
+// EmailTokenLookup returns the user of an unused, unexpired token of the given purpose, and
+// changes nothing: a read that lets a request prove its token usable before work only such a
+// token deserves. EmailTokenConsume still decides, atomically, which use wins.
+func (q *Queries) EmailTokenLookup(ctx context.Context, db DBTX, arg EmailTokenLookupParams) (int64, error) {
+	row := db.QueryRowContext(ctx, emailTokenLookup, arg.TokenHash, arg.Purpose, arg.Now)
+	var user_id int64
+	err := row.Scan(&user_id)
+	return user_id, err
+}

@@ -74,3 +74,24 @@ func (q *Queries) RateLimitCounterDeleteExpired(ctx context.Context, db DBTX, ar
 	}
 	return result.RowsAffected()
 }
+
+const rateLimitCounterGet = `-- name: RateLimitCounterGet :one
+SELECT count
+FROM rate_limit_counters
+WHERE key_hash = ?1
+    AND window_start = ?2
+`
+
+type RateLimitCounterGetParams struct {
+	KeyHash     []byte
+	WindowStart int64
+}
+
+// RateLimitCounterGet reads the count of one fixed window without spending any of it. No row back
+// means nothing was counted in that window yet.
+func (q *Queries) RateLimitCounterGet(ctx context.Context, db DBTX, arg RateLimitCounterGetParams) (int64, error) {
+	row := db.QueryRowContext(ctx, rateLimitCounterGet, arg.KeyHash, arg.WindowStart)
+	var count int64
+	err := row.Scan(&count)
+	return count, err
+}
