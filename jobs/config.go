@@ -31,7 +31,12 @@ const (
 	QueueMaintenance = "maintenance"
 )
 
-// Defaults of Config, the defaults of DESIGN.md's environment variables too.
+// MaxMaxRPS bounds Config.MaxRPS: beyond it the pacer's slots, kept in microseconds, would be
+// too close together to mean anything; send unpaced (0) instead.
+const MaxMaxRPS = 10_000
+
+// Defaults of Config, the defaults of the environment variables too
+// (README.md, Configuration).
 const (
 	DefaultEmailWorkers     = 10               // EMAIL_WORKERS
 	DefaultJobTimeout       = 30 * time.Second // JOB_TIMEOUT
@@ -84,7 +89,7 @@ type Config struct {
 	// PruneInterval is the period of the prune job (PRUNE_INTERVAL).
 	PruneInterval time.Duration
 	// MaxRPS is the most sends per second, all worker processes together (RESEND_MAX_RPS);
-	// 0 sends unpaced.
+	// 0 sends unpaced; at most MaxMaxRPS.
 	MaxRPS float64
 	// FetchCooldown and FetchPollInterval tune River's fetch loop; zero takes River's defaults
 	// (100ms, 1s).
@@ -130,6 +135,9 @@ func NewWorkers(deps *Deps, config *Config) (*Workers, error) {
 		config = &Config{}
 	}
 	config = config.withDefaults()
+	if !(config.MaxRPS >= 0 && config.MaxRPS <= MaxMaxRPS) { // NaN fails both
+		return nil, fmt.Errorf("jobs: Config.MaxRPS must be between 0 (unpaced) and %d, got %v", MaxMaxRPS, config.MaxRPS)
+	}
 
 	sealer, err := tokens.NewSealer(config.Secret)
 	if err != nil {

@@ -66,8 +66,8 @@ func loadConfig(getenv func(string) string) (*config, error) {
 	if cfg.FetchPollInterval < cfg.FetchCooldown {
 		p.fail("JOB_FETCH_POLL_INTERVAL", "must be at least JOB_FETCH_COOLDOWN (%s)", cfg.FetchCooldown)
 	}
-	if cfg.ResendMaxRPS < 0 {
-		p.fail("RESEND_MAX_RPS", "must be 0 (unpaced) or a positive number of sends per second")
+	if !(cfg.ResendMaxRPS >= 0 && cfg.ResendMaxRPS <= jobs.MaxMaxRPS) {
+		p.fail("RESEND_MAX_RPS", "must be 0 (unpaced) or a number of sends per second up to %d", jobs.MaxMaxRPS)
 	}
 	if (cfg.RiverUIUsername == "") != (cfg.RiverUIPassword == "") {
 		p.fail("RIVERUI_PASSWORD", "RIVERUI_USERNAME and RIVERUI_PASSWORD must be set together (River UI is not mounted when both are unset)")

@@ -135,6 +135,8 @@ func TestLoadConfig(t *testing.T) {
 		{"Workers", map[string]string{"EMAIL_WORKERS": "0"}, "EMAIL_WORKERS"},
 		{"MaxRPS", map[string]string{"RESEND_MAX_RPS": "-1"}, "RESEND_MAX_RPS"},
 		{"MaxRPSGarbage", map[string]string{"RESEND_MAX_RPS": "fast"}, "RESEND_MAX_RPS"},
+		{"MaxRPSInfinite", map[string]string{"RESEND_MAX_RPS": "+Inf"}, "RESEND_MAX_RPS"},
+		{"MaxRPSTooHigh", map[string]string{"RESEND_MAX_RPS": "1e9"}, "RESEND_MAX_RPS"},
 		{"Mailer", map[string]string{"MAILER": "smtp"}, "MAILER"},
 		{"ResendWithoutFrom", map[string]string{"MAILER": "resend", "RESEND_API_KEY": "re_1"}, "RESEND_FROM_EMAIL"},
 		{"ResendBaseURL", map[string]string{"RESEND_API_KEY": "re_1", "RESEND_FROM_EMAIL": "a@b.c", "RESEND_BASE_URL": "::"}, "RESEND_BASE_URL"},
