@@ -17,7 +17,7 @@ import (
 	"github.com/postguard/postguard/jobs"
 )
 
-// Field limits of DESIGN.md's HTTP contract, counted in Unicode code points.
+// Field limits of the HTTP API (docs/api.md), counted in Unicode code points.
 const (
 	minPasswordLen = 8
 	maxPasswordLen = 256

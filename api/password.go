@@ -12,7 +12,7 @@ import (
 	"golang.org/x/crypto/argon2"
 )
 
-// argon2id parameters: OWASP's first recommended set (m=19 MiB, t=2, p=1), DESIGN.md's floor.
+// argon2id parameters: OWASP's first recommended set (m=19 MiB, t=2, p=1), postguard's floor.
 const (
 	argonMemoryKiB = 19 * 1024
 	argonTime      = 2

@@ -38,7 +38,7 @@ type snoozed struct {
 func (s *snoozed) Error() string { return fmt.Sprintf("%s; waiting %s", s.reason, s.wait) }
 
 // outcome maps what an attempt of job ended with (err: nil when the provider accepted the mail)
-// to what River does with it and the outcome the delivery metric counts, as DESIGN says:
+// to what River does with it and the outcome the delivery metric counts (docs/design.md, Delivery):
 //
 //   - nil: completed, sent; a *skipped: completed, skipped;
 //   - a *snoozed, 429 (for its Retry-After) or 409 concurrent_idempotent_requests (briefly):

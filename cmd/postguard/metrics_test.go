@@ -154,7 +154,7 @@ func TestServe_Metrics(t *testing.T) {
 		require.True(t, ok, "no postguard_jobs{state=available} gauge:\n%s", delivered.raw)
 		require.Zero(t, depth)
 
-		// No label carries a raw email or IP (DESIGN.md: never in counters).
+		// No label carries a raw email or IP (never in counters).
 		for _, label := range delivered.labelValues() {
 			require.NotContains(t, label, "@", label)
 			require.NotContains(t, label, "127.0.0.1", label)

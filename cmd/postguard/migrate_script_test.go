@@ -129,7 +129,7 @@ func TestMigrateScript_Run(t *testing.T) {
 
 		// Each run calls `river migrate-up --database-url URL`, then `postguard migrate`. (The fake
 		// CLI migrates nothing, so the first `postguard migrate` applied River's migrations too:
-		// either order works, DESIGN.md.)
+		// either order works.)
 		calls, err := os.ReadFile(log)
 		require.NoError(t, err)
 		once := "river\nmigrate-up\n--database-url\n" + databaseURL + "\npostguard migrate\n"

@@ -226,7 +226,7 @@ func TestServe_RiverUI(t *testing.T) {
 		})
 
 		t.Run("JobsHoldNoSecrets", func(t *testing.T) {
-			// DESIGN.md: raw emails and tokens never appear in job args, metadata or River UI.
+			// Raw emails and tokens never appear in job args, metadata or River UI.
 			for _, job := range opsRiverUIJobs(t, server.URL, "available") {
 				opsRequireArgsOnlyUserID(t, job, registered.ID)
 				raw := opsRiverUIJobRaw(t, server.URL, job.ID)
