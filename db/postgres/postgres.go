@@ -8,16 +8,13 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"log/slog"
-	"net"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
@@ -119,7 +116,7 @@ func (s *Store) CheckSchema(ctx context.Context) error {
 
 	existing, err := migrator.ExistingVersions(ctx)
 	if err != nil {
-		return fmt.Errorf("error reading River's migrations: %w", err)
+		return fmt.Errorf("error reading River's migrations: %w", interpretError(err))
 	}
 
 	var behind []string
@@ -211,13 +208,13 @@ func (s *Store) Migrate(ctx context.Context) error {
 	// A connection outside the pool: holding the lock never starves River or goose of theirs.
 	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
 	if err != nil {
-		return fmt.Errorf("error connecting to take the migration lock: %w", err)
+		return fmt.Errorf("error connecting to take the migration lock: %w", interpretError(err))
 	}
 	// Ending the session releases the lock too, should the unlock below fail.
 	defer conn.Close(context.WithoutCancel(ctx))
 
 	if err := dbsqlc.New().MigrationLock(ctx, conn); err != nil {
-		return fmt.Errorf("error taking the migration lock: %w", err)
+		return fmt.Errorf("error taking the migration lock: %w", interpretError(err))
 	}
 	defer func() {
 		if err := dbsqlc.New().MigrationUnlock(context.WithoutCancel(ctx), conn); err != nil {
@@ -230,7 +227,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 		return err
 	}
 	if _, err := migrator.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
-		return fmt.Errorf("error applying River's migrations: %w", err)
+		return fmt.Errorf("error applying River's migrations: %w", interpretError(err))
 	}
 
 	provider, sqlDB, err := s.gooseProvider()
@@ -240,7 +237,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 	defer sqlDB.Close()
 
 	if _, err := provider.Up(ctx); err != nil {
-		return fmt.Errorf("error applying the app's migrations: %w", err)
+		return fmt.Errorf("error applying the app's migrations: %w", interpretError(err))
 	}
 	return nil
 }
@@ -339,7 +336,7 @@ func (s *Store) gooseBehind(ctx context.Context) (string, error) {
 	}
 	exists, err := versionStore.(database.StoreExtender).TableExists(ctx, sqlDB)
 	if err != nil {
-		return "", fmt.Errorf("error checking goose's version table: %w", err)
+		return "", fmt.Errorf("error checking goose's version table: %w", interpretError(err))
 	}
 	if !exists {
 		return "the app's migrations are not applied", nil
@@ -347,7 +344,7 @@ func (s *Store) gooseBehind(ctx context.Context) (string, error) {
 
 	pending, err := provider.HasPending(ctx)
 	if err != nil {
-		return "", fmt.Errorf("error checking the app's migrations: %w", err)
+		return "", fmt.Errorf("error checking the app's migrations: %w", interpretError(err))
 	}
 	if !pending {
 		return "", nil
@@ -355,7 +352,7 @@ func (s *Store) gooseBehind(ctx context.Context) (string, error) {
 
 	current, target, err := provider.GetVersions(ctx)
 	if err != nil {
-		return "", fmt.Errorf("error reading the app's migration version: %w", err)
+		return "", fmt.Errorf("error reading the app's migration version: %w", interpretError(err))
 	}
 	return fmt.Sprintf("the app's schema is at version %d of %d", current, target), nil
 }
@@ -524,45 +521,6 @@ func (e *executor) UserUnsubscribe(ctx context.Context, id int64, now time.Time)
 		Now: now,
 	})
 	return requireUpdated("unsubscribing user", updated, err)
-}
-
-// interpretError turns pgx's errors into the db package's, once, at the store's boundary:
-// pgx.ErrNoRows is db.ErrNotFound, and an error that says the database cannot serve right now
-// (see unavailable) is wrapped in db.ErrUnavailable.
-func interpretError(err error) error {
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return db.ErrNotFound
-	case unavailable(err):
-		return fmt.Errorf("%w: %w", db.ErrUnavailable, err)
-	}
-	return err
-}
-
-// unavailable says err is PostgreSQL being unreachable or not answering, a state that passes,
-// rather than a bug:
-//   - the network failed: a refused, reset or timed-out connection is a net.Error, a connection
-//     closed mid-answer an io.EOF;
-//   - pgx found its connection closed by such a failure (pgconn.ErrConnClosed), or failed before
-//     sending anything (pgconn.SafeToRetry), or timed out (pgconn.Timeout);
-//   - the server said it cannot serve: SQLSTATE class 08 (connection exception), 53300 (too many
-//     connections), 57P01-57P03 (shutting down, crashed, starting up).
-func unavailable(err error) bool {
-	var netErr net.Error
-	switch {
-	case errors.As(err, &netErr), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
-		return true
-	case errors.Is(err, pgconn.ErrConnClosed), pgconn.SafeToRetry(err), pgconn.Timeout(err):
-		return true
-	}
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		switch state := pgErr.SQLState(); {
-		case strings.HasPrefix(state, "08"), state == "53300", state == "57P01", state == "57P02", state == "57P03":
-			return true
-		}
-	}
-	return false
 }
 
 // missingVersions lists the versions of all that are not in existing.

@@ -40,10 +40,21 @@ const gooseTableExistsSQL = `SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE ty
 // appSecretLen is the size in bytes of a generated APP_SECRET.
 const appSecretLen = 32
 
+// BusyTimeoutDefault is Config.BusyTimeout's default: long enough to wait out another writer's
+// transaction (a `postguard migrate`, a backup), shorter than a request's deadline (10 s), so a
+// database held by another process is answered as busy (503) rather than as a request that ran
+// out of time.
+const BusyTimeoutDefault = 5 * time.Second
+
 // Config configures a Store. The zero value (or nil) is fine.
 type Config struct {
 	// Logger receives migration logs. Defaults to slog.Default().
 	Logger *slog.Logger
+
+	// BusyTimeout is how long a statement waits for another connection's write lock before it
+	// fails with SQLITE_BUSY (db.ErrUnavailable). Defaults to BusyTimeoutDefault; at least a
+	// millisecond.
+	BusyTimeout time.Duration
 }
 
 // Store is the SQLite db.Store. It has one *sql.DB with one connection: SQLite takes one writer
@@ -78,9 +89,10 @@ func Open(ctx context.Context, path string, config *Config) (*Store, error) {
 	// _txlock=immediate takes the write lock at BEGIN: a transaction never has to upgrade a read
 	// lock, which is where SQLite answers SQLITE_BUSY without waiting, should another process
 	// (e.g. `postguard migrate`) hold the file.
+	busyTimeout := cmp.Or(config.BusyTimeout, BusyTimeoutDefault)
 	params := url.Values{
 		"_pragma": {
-			"busy_timeout(10000)",
+			fmt.Sprintf("busy_timeout(%d)", max(busyTimeout.Milliseconds(), 1)),
 			"foreign_keys(1)",
 			"journal_mode(WAL)",
 			"synchronous(NORMAL)",
@@ -96,7 +108,7 @@ func Open(ctx context.Context, path string, config *Config) (*Store, error) {
 	// Open the file now, so that a bad path fails here rather than at first use.
 	if err := sqlDB.PingContext(ctx); err != nil {
 		sqlDB.Close()
-		return nil, fmt.Errorf("error opening SQLite database %q: %w", path, err)
+		return nil, fmt.Errorf("error opening SQLite database %q: %w", path, interpretError(err))
 	}
 
 	store := &Store{
@@ -126,7 +138,7 @@ func (s *Store) AppSecret(ctx context.Context) ([]byte, error) {
 		Name:  appSecretName,
 		Value: hex.EncodeToString(secret),
 	}); err != nil {
-		return nil, fmt.Errorf("error storing app secret: %w", err)
+		return nil, fmt.Errorf("error storing app secret: %w", interpretError(err))
 	}
 
 	// Read back: another writer may have stored its secret first.
@@ -143,7 +155,7 @@ func (s *Store) CheckSchema(ctx context.Context) error {
 
 	existing, err := migrator.ExistingVersions(ctx)
 	if err != nil {
-		return fmt.Errorf("error reading River's migrations: %w", err)
+		return fmt.Errorf("error reading River's migrations: %w", interpretError(err))
 	}
 
 	var behind []string
@@ -202,7 +214,7 @@ func (s *Store) EmailTokenDeleteExpired(ctx context.Context, before time.Time, l
 		Max:    int64(limit),
 	})
 	if err != nil {
-		return 0, fmt.Errorf("error deleting expired email tokens: %w", err)
+		return 0, fmt.Errorf("error deleting expired email tokens: %w", interpretError(err))
 	}
 	return deleted, nil
 }
@@ -216,7 +228,7 @@ func (s *Store) Engine() string { return "sqlite" }
 func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx db.Queries) error) error {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
-		return fmt.Errorf("error beginning transaction: %w", err)
+		return fmt.Errorf("error beginning transaction: %w", interpretError(err))
 	}
 	defer func() {
 		_ = tx.Rollback() // a no-op after Commit
@@ -227,7 +239,7 @@ func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx db.Que
 	}
 
 	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("error committing transaction: %w", err)
+		return fmt.Errorf("error committing transaction: %w", interpretError(err))
 	}
 	return nil
 }
@@ -241,7 +253,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 		return err
 	}
 	if _, err := migrator.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
-		return fmt.Errorf("error applying River's migrations: %w", err)
+		return fmt.Errorf("error applying River's migrations: %w", interpretError(err))
 	}
 
 	provider, err := s.gooseProvider()
@@ -249,7 +261,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 		return err
 	}
 	if _, err := provider.Up(ctx); err != nil {
-		return fmt.Errorf("error applying the app's migrations: %w", err)
+		return fmt.Errorf("error applying the app's migrations: %w", interpretError(err))
 	}
 	return nil
 }
@@ -257,7 +269,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 // Ping checks the database answers.
 func (s *Store) Ping(ctx context.Context) error {
 	if err := s.db.PingContext(ctx); err != nil {
-		return fmt.Errorf("error pinging database: %w", err)
+		return fmt.Errorf("error pinging database: %w", interpretError(err))
 	}
 	return nil
 }
@@ -275,7 +287,7 @@ func (s *Store) RateLimitCounterConsume(ctx context.Context, params *db.RateLimi
 		if errors.Is(err, sql.ErrNoRows) {
 			return params.Limit, false, nil
 		}
-		return 0, false, fmt.Errorf("error consuming rate limit counter: %w", err)
+		return 0, false, fmt.Errorf("error consuming rate limit counter: %w", interpretError(err))
 	}
 	return count, true, nil
 }
@@ -287,7 +299,7 @@ func (s *Store) RateLimitCounterDeleteExpired(ctx context.Context, before time.T
 		Max:    int64(limit),
 	})
 	if err != nil {
-		return 0, fmt.Errorf("error deleting expired rate limit counters: %w", err)
+		return 0, fmt.Errorf("error deleting expired rate limit counters: %w", interpretError(err))
 	}
 	return deleted, nil
 }
@@ -323,7 +335,7 @@ func (s *Store) SendPacerReserve(ctx context.Context, name string, interval time
 		TatUs:      now.UnixMicro() + intervalUS,
 	})
 	if err != nil {
-		return time.Time{}, fmt.Errorf("error reserving send slot: %w", err)
+		return time.Time{}, fmt.Errorf("error reserving send slot: %w", interpretError(err))
 	}
 	return timeFromMicros(tatUS - intervalUS), nil
 }
@@ -353,7 +365,7 @@ func (s *Store) gooseBehind(ctx context.Context) (string, error) {
 	// sqlite_master, hence the one hand-written query of this package.
 	var exists bool
 	if err := s.db.QueryRowContext(ctx, gooseTableExistsSQL, goose.DefaultTablename).Scan(&exists); err != nil {
-		return "", fmt.Errorf("error checking goose's version table: %w", err)
+		return "", fmt.Errorf("error checking goose's version table: %w", interpretError(err))
 	}
 	if !exists {
 		return "the app's migrations are not applied", nil
@@ -361,7 +373,7 @@ func (s *Store) gooseBehind(ctx context.Context) (string, error) {
 
 	pending, err := provider.HasPending(ctx)
 	if err != nil {
-		return "", fmt.Errorf("error checking the app's migrations: %w", err)
+		return "", fmt.Errorf("error checking the app's migrations: %w", interpretError(err))
 	}
 	if !pending {
 		return "", nil
@@ -369,7 +381,7 @@ func (s *Store) gooseBehind(ctx context.Context) (string, error) {
 
 	current, target, err := provider.GetVersions(ctx)
 	if err != nil {
-		return "", fmt.Errorf("error reading the app's migration version: %w", err)
+		return "", fmt.Errorf("error reading the app's migration version: %w", interpretError(err))
 	}
 	return fmt.Sprintf("the app's schema is at version %d of %d", current, target), nil
 }
@@ -432,7 +444,7 @@ func (e *executor) EmailTokenInsert(ctx context.Context, params *db.EmailTokenIn
 		UserID:    params.UserID,
 	})
 	if err != nil {
-		return fmt.Errorf("error inserting email token: %w", err)
+		return fmt.Errorf("error inserting email token: %w", interpretError(err))
 	}
 	return nil
 }
@@ -446,7 +458,7 @@ func (e *executor) EmailTokenInvalidateUser(ctx context.Context, userID int64, p
 		UserID:  userID,
 	})
 	if err != nil {
-		return fmt.Errorf("error invalidating email tokens: %w", err)
+		return fmt.Errorf("error invalidating email tokens: %w", interpretError(err))
 	}
 	return nil
 }
@@ -468,7 +480,7 @@ func (e *executor) JobInsert(ctx context.Context, args river.JobArgs, opts *rive
 		res, err = client.Insert(ctx, args, opts)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("error inserting %s job: %w", args.Kind(), err)
+		return nil, fmt.Errorf("error inserting %s job: %w", args.Kind(), interpretError(err))
 	}
 	return res, nil
 }
@@ -504,7 +516,7 @@ func (e *executor) UserInsert(ctx context.Context, params *db.UserInsertParams) 
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil, db.ErrEmailTaken
 		}
-		return nil, fmt.Errorf("error inserting user: %w", err)
+		return nil, fmt.Errorf("error inserting user: %w", interpretError(err))
 	}
 	return userFromRow(user), nil
 }
@@ -537,14 +549,6 @@ func (e *executor) UserUnsubscribe(ctx context.Context, id int64, now time.Time)
 	return requireUpdated("unsubscribing user", updated, err)
 }
 
-// interpretError turns sql.ErrNoRows into db.ErrNotFound, once, at the store's boundary.
-func interpretError(err error) error {
-	if errors.Is(err, sql.ErrNoRows) {
-		return db.ErrNotFound
-	}
-	return err
-}
-
 // missingVersions lists the versions of all that are not in existing.
 func missingVersions(all, existing []rivermigrate.Migration) []int {
 	var missing []int
@@ -559,7 +563,7 @@ func missingVersions(all, existing []rivermigrate.Migration) []int {
 // requireUpdated wraps an update's error, and reports db.ErrNotFound when it touched no row.
 func requireUpdated(doing string, updated int64, err error) error {
 	if err != nil {
-		return fmt.Errorf("error %s: %w", doing, err)
+		return fmt.Errorf("error %s: %w", doing, interpretError(err))
 	}
 	if updated == 0 {
 		return fmt.Errorf("error %s: %w", doing, db.ErrNotFound)

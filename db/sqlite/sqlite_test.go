@@ -2,6 +2,7 @@ package sqlite_test
 
 import (
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -101,7 +102,7 @@ func TestStore_Open(t *testing.T) {
 		require.Equal(t, 1, store.DB().Stats().MaxOpenConnections)
 
 		for pragma, want := range map[string]string{
-			"busy_timeout": "10000",
+			"busy_timeout": strconv.FormatInt(sqlite.BusyTimeoutDefault.Milliseconds(), 10),
 			"foreign_keys": "1",
 			"journal_mode": "wal",
 			"synchronous":  "1", // NORMAL

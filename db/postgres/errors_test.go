@@ -25,11 +25,17 @@ func TestInterpretError(t *testing.T) {
 		wantUnavailable bool
 	}{
 		{"ConnectionRefused", fmt.Errorf("x: %w", refused), true},
+		{"ConnectError", fmt.Errorf("x: %w", &pgconn.ConnectError{Config: &pgconn.Config{}}), true},
 		{"ConnectionClosedMidAnswer", io.ErrUnexpectedEOF, true},
 		{"PooledConnectionClosed", pgconn.ErrConnClosed, true},
-		{"AdminShutdown", fmt.Errorf("x: %w", &pgconn.PgError{Code: "57P01"}), true},
+		{"AdminShutdown", fmt.Errorf("x: %w", &pgconn.PgError{Severity: "FATAL", Code: "57P01"}), true},
+		{"CannotConnectNow", &pgconn.PgError{Code: "57P03"}, true},
+		{"StatementCancelled", &pgconn.PgError{Code: "57014"}, true},
 		{"ConnectionFailure", &pgconn.PgError{Code: "08006"}, true},
 		{"TooManyConnections", &pgconn.PgError{Code: "53300"}, true},
+		{"DiskFull", &pgconn.PgError{Code: "53100"}, true},
+		{"ReadOnlyTransaction", &pgconn.PgError{Code: "25006"}, true},
+		{"NotAcceptingConnectionsOutsideConnect", &pgconn.PgError{Code: "55000"}, false},
 		{"UniqueViolation", &pgconn.PgError{Code: "23505"}, false},
 		{"SyntaxError", &pgconn.PgError{Code: "42601"}, false},
 		{"Bug", errors.New("nil pointer somewhere"), false},
