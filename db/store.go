@@ -137,7 +137,9 @@ type Store interface {
 	Engine() string
 
 	// InTx runs fn in one transaction: committed when fn returns nil, rolled back otherwise. fn
-	// must use only the Queries it is given (on SQLite, the pool's one connection is the tx's).
+	// must use only the Queries it is given (on SQLite, the pool's one connection is the tx's),
+	// and have no effect outside the transaction: a transaction whose connection was lost before
+	// it committed runs again (see the engine's retry rule).
 	InTx(ctx context.Context, fn func(ctx context.Context, tx Queries) error) error
 
 	// RateLimitCounterConsume spends one request of a window in one atomic statement, outside any

@@ -66,3 +66,28 @@ func unavailable(err error) bool {
 	}
 	return false
 }
+
+// sessionLost says err ended the connection's session before the statement that got it could
+// have been answered: the server closed it (a FATAL error, such as 57P01 when the backend was
+// terminated), or the network did (reset, end of file). It says nothing of whether the server
+// ran what was sent; see retryOnce and Store.InTx for when that is known.
+func sessionLost(err error) bool {
+	var (
+		connectErr *pgconn.ConnectError
+		netErr     net.Error
+		pgErr      *pgconn.PgError
+	)
+	switch {
+	case errors.As(err, &connectErr):
+		// Never connected: nothing to lose, and connecting again now would fail the same way.
+		return false
+	case errors.Is(err, pgconn.ErrConnClosed), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return true
+	case errors.As(err, &pgErr):
+		return strings.EqualFold(pgErr.Severity, "FATAL") || strings.EqualFold(pgErr.Severity, "PANIC")
+	case errors.As(err, &netErr):
+		// A timeout is the caller's deadline (pgx turns a context's end into one), not a loss.
+		return !netErr.Timeout()
+	}
+	return false
+}

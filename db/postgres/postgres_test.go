@@ -2,6 +2,8 @@ package postgres_test
 
 import (
 	"context"
+	"net"
+	"net/url"
 	"sync"
 	"testing"
 	"time"
@@ -172,6 +174,60 @@ func TestStore_New(t *testing.T) {
 
 		_, err := postgres.New(t.Context(), "postgres://%zz", nil)
 		require.Error(t, err)
+	})
+
+	t.Run("ConnectTimeout", func(t *testing.T) {
+		t.Parallel()
+
+		store, err := postgres.New(t.Context(), dbtest.DatabaseURL(t), nil)
+		require.NoError(t, err)
+		t.Cleanup(func() { store.Close() })
+		require.Equal(t, postgres.ConnectTimeoutDefault, store.Pool().Config().ConnConfig.ConnectTimeout)
+		require.Equal(t, postgres.ConnectTimeoutDefault, store.RateLimitPool().Config().ConnConfig.ConnectTimeout)
+
+		// The URL's own connect_timeout wins.
+		u, err := url.Parse(dbtest.DatabaseURL(t))
+		require.NoError(t, err)
+		query := u.Query()
+		query.Set("connect_timeout", "17")
+		u.RawQuery = query.Encode()
+		store, err = postgres.New(t.Context(), u.String(), &postgres.Config{ConnectTimeout: time.Second})
+		require.NoError(t, err)
+		t.Cleanup(func() { store.Close() })
+		require.Equal(t, 17*time.Second, store.Pool().Config().ConnConfig.ConnectTimeout)
+	})
+
+	t.Run("BlackholedConnectEnds", func(t *testing.T) {
+		t.Parallel()
+
+		// A server that accepts connections and never answers (packets dropped past the TCP
+		// handshake): only the connect timeout ends the attempt, whatever the caller's context.
+		listener, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		t.Cleanup(func() { listener.Close() })
+		go func() {
+			for {
+				conn, err := listener.Accept()
+				if err != nil {
+					return
+				}
+				t.Cleanup(func() { conn.Close() })
+			}
+		}()
+
+		store, err := postgres.New(t.Context(), "postgres://postgres@"+listener.Addr().String()+"/test?sslmode=disable",
+			&postgres.Config{ConnectTimeout: 100 * time.Millisecond})
+		require.NoError(t, err)
+		t.Cleanup(func() { store.Close() })
+
+		done := make(chan error, 1)
+		go func() { done <- store.Ping(context.Background()) }()
+		select {
+		case err := <-done:
+			require.ErrorIs(t, err, db.ErrUnavailable)
+		case <-time.After(30 * time.Second):
+			require.FailNow(t, "a connection that is never answered held Ping")
+		}
 	})
 
 	t.Run("Unreachable", func(t *testing.T) {
