@@ -160,8 +160,11 @@ type Store interface {
 	// CheckSchema returns an error wrapping ErrSchemaBehind while any migration is missing.
 	CheckSchema(ctx context.Context) error
 
-	// Ping checks the database answers (readiness).
+	// Ping checks the database answers.
 	Ping(ctx context.Context) error
+	// Ready checks the database answers and takes a write (a one-row heartbeat): an error
+	// wrapping ErrUnavailable while it is unreachable, read-only, busy, full or failing its I/O.
+	Ready(ctx context.Context) error
 
 	// ConfigureRiver creates the store's River client from config (workers, queues, periodic
 	// jobs); JobInsert and River fail before it. Call it once.

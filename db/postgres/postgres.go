@@ -277,6 +277,20 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
+// Ready checks the database answers and takes a write: it updates the one-row heartbeat on the
+// main pool, the pool users, tokens and jobs are written through. A read-only server (25006: a
+// demoted primary, a standby, default_transaction_read_only) fails it, as does one that cannot
+// commit in time (a synchronous standby gone).
+func (s *Store) Ready(ctx context.Context) error {
+	_, err := retryOnce(ctx, true, func() (struct{}, error) {
+		return struct{}{}, dbsqlc.New().ReadinessHeartbeatUpsert(ctx, s.pool)
+	})
+	if err != nil {
+		return fmt.Errorf("error writing the readiness heartbeat: %w", interpretError(err))
+	}
+	return nil
+}
+
 // Pool is the store's main pool (River's too).
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 

@@ -46,6 +46,11 @@ const appSecretLen = 32
 // out of time.
 const BusyTimeoutDefault = 5 * time.Second
 
+// readinessRoomBytes is how much Ready asks the database to find room for, in a transaction it
+// rolls back: one page of SQLite's default size, more than fits inline in any page, so it needs
+// at least one free page (or room to grow the file by one).
+const readinessRoomBytes = 4096
+
 // Config configures a Store. The zero value (or nil) is fine.
 type Config struct {
 	// Logger receives migration logs. Defaults to slog.Default().
@@ -262,6 +267,30 @@ func (s *Store) Migrate(ctx context.Context) error {
 	}
 	if _, err := provider.Up(ctx); err != nil {
 		return fmt.Errorf("error applying the app's migrations: %w", interpretError(err))
+	}
+	return nil
+}
+
+// Ready checks the database answers and takes a write, in two transactions. It commits the
+// heartbeat row: a database another process holds past the busy timeout, or whose writes fail
+// with an I/O error, fails here. Then it asks for readinessRoomBytes more in the same row and
+// rolls that back: that needs a free page or room to grow the file, so a full database fails
+// here even while the small heartbeat still fits in the pages it has. Each error wraps
+// db.ErrUnavailable.
+func (s *Store) Ready(ctx context.Context) error {
+	if err := dbsqlc.New().ReadinessHeartbeatUpsert(ctx, s.db, time.Now().UnixMicro()); err != nil {
+		return fmt.Errorf("error writing the readiness heartbeat: %w", interpretError(err))
+	}
+
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("error checking the database has room: %w", interpretError(err))
+	}
+	defer func() {
+		_ = tx.Rollback() // always: the room was only asked for
+	}()
+	if err := dbsqlc.New().ReadinessHeartbeatFillRoom(ctx, tx, readinessRoomBytes); err != nil {
+		return fmt.Errorf("error checking the database has room: %w", interpretError(err))
 	}
 	return nil
 }
