@@ -151,8 +151,12 @@ type Store interface {
 	EmailTokenDeleteExpired(ctx context.Context, before time.Time, max int) (int64, error)
 
 	// SendPacerReserve takes the next send slot of the named budget, one interval after the
-	// previous slot and never before now, and returns it.
-	SendPacerReserve(ctx context.Context, name string, interval time.Duration, now time.Time) (time.Time, error)
+	// previous slot and never before the database's now, and returns it with that now. The
+	// schedule runs on the database's clock, the one clock every process shares, so no process's
+	// own clock can move it.
+	SendPacerReserve(ctx context.Context, name string, interval time.Duration) (slot, now time.Time, err error)
+	// Now is the database's clock, the one SendPacerReserve schedules on.
+	Now(ctx context.Context) (time.Time, error)
 
 	// Migrate applies River's migrations (rivermigrate) and then the app's (goose), holding a
 	// lock so two deploys cannot race. Idempotent.

@@ -269,6 +269,17 @@ func (s *Store) Migrate(ctx context.Context) error {
 	return nil
 }
 
+// Now is the database's clock (clock_timestamp()), the one SendPacerReserve schedules on.
+func (s *Store) Now(ctx context.Context) (time.Time, error) {
+	nowUS, err := retryOnce(ctx, true, func() (int64, error) {
+		return dbsqlc.New().SendPacerNow(ctx, s.pool)
+	})
+	if err != nil {
+		return time.Time{}, fmt.Errorf("error reading the database's clock: %w", interpretError(err))
+	}
+	return time.UnixMicro(nowUS).UTC(), nil
+}
+
 // Ping checks the database answers.
 func (s *Store) Ping(ctx context.Context) error {
 	if _, err := retryOnce(ctx, true, func() (struct{}, error) { return struct{}{}, s.pool.Ping(ctx) }); err != nil {
@@ -348,25 +359,25 @@ func (s *Store) RiverUIEndpoints() uiendpoints.Bundle {
 }
 
 // SendPacerReserve takes the next send slot of the named budget, one interval after the previous
-// slot and never before now, in one statement shared by every process.
-func (s *Store) SendPacerReserve(ctx context.Context, name string, interval time.Duration, now time.Time) (time.Time, error) {
+// slot and never before the database's now (clock_timestamp()), in one statement shared by every
+// process, and returns the slot and that now.
+func (s *Store) SendPacerReserve(ctx context.Context, name string, interval time.Duration) (time.Time, time.Time, error) {
 	if interval <= 0 {
-		return time.Time{}, fmt.Errorf("send pacer interval must be positive, got %s", interval)
+		return time.Time{}, time.Time{}, fmt.Errorf("send pacer interval must be positive, got %s", interval)
 	}
 
 	intervalUS := interval.Microseconds()
 	// Not idempotent: a retry after a lost answer would take a second slot.
-	tatUS, err := retryOnce(ctx, false, func() (int64, error) {
+	row, err := retryOnce(ctx, false, func() (*dbsqlc.SendPacerReserveRow, error) {
 		return dbsqlc.New().SendPacerReserve(ctx, s.pool, dbsqlc.SendPacerReserveParams{
 			IntervalUs: intervalUS,
 			Name:       name,
-			TatUs:      now.UnixMicro() + intervalUS,
 		})
 	})
 	if err != nil {
-		return time.Time{}, fmt.Errorf("error reserving send slot: %w", interpretError(err))
+		return time.Time{}, time.Time{}, fmt.Errorf("error reserving send slot: %w", interpretError(err))
 	}
-	return time.UnixMicro(tatUS - intervalUS).UTC(), nil
+	return time.UnixMicro(row.TatUs - intervalUS).UTC(), time.UnixMicro(row.NowUs).UTC(), nil
 }
 
 // gooseBehind says how far behind the app's migrations are, or "" when all are applied. Unlike

@@ -271,6 +271,16 @@ func (s *Store) Migrate(ctx context.Context) error {
 	return nil
 }
 
+// Now is the database's clock, the one SendPacerReserve schedules on (the process's own: SQLite
+// runs in it).
+func (s *Store) Now(ctx context.Context) (time.Time, error) {
+	nowUS, err := dbsqlc.New().SendPacerNow(ctx, s.db)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("error reading the database's clock: %w", interpretError(err))
+	}
+	return timeFromMicros(nowUS), nil
+}
+
 // Ready checks the database answers and takes a write, in two transactions. It commits the
 // heartbeat row: a database another process holds past the busy timeout, or whose writes fail
 // with an I/O error, fails here. Then it asks for readinessRoomBytes more in the same row and
@@ -351,22 +361,21 @@ func (s *Store) RiverUIEndpoints() uiendpoints.Bundle {
 }
 
 // SendPacerReserve takes the next send slot of the named budget, one interval after the previous
-// slot and never before now.
-func (s *Store) SendPacerReserve(ctx context.Context, name string, interval time.Duration, now time.Time) (time.Time, error) {
+// slot and never before the database's now, and returns the slot and that now.
+func (s *Store) SendPacerReserve(ctx context.Context, name string, interval time.Duration) (time.Time, time.Time, error) {
 	if interval <= 0 {
-		return time.Time{}, fmt.Errorf("send pacer interval must be positive, got %s", interval)
+		return time.Time{}, time.Time{}, fmt.Errorf("send pacer interval must be positive, got %s", interval)
 	}
 
 	intervalUS := interval.Microseconds()
-	tatUS, err := dbsqlc.New().SendPacerReserve(ctx, s.db, dbsqlc.SendPacerReserveParams{
+	row, err := dbsqlc.New().SendPacerReserve(ctx, s.db, dbsqlc.SendPacerReserveParams{
 		IntervalUs: intervalUS,
 		Name:       name,
-		TatUs:      now.UnixMicro() + intervalUS,
 	})
 	if err != nil {
-		return time.Time{}, fmt.Errorf("error reserving send slot: %w", interpretError(err))
+		return time.Time{}, time.Time{}, fmt.Errorf("error reserving send slot: %w", interpretError(err))
 	}
-	return timeFromMicros(tatUS - intervalUS), nil
+	return timeFromMicros(row.TatUs - intervalUS), timeFromMicros(row.Column2), nil
 }
 
 func (s *Store) appSecret(ctx context.Context) ([]byte, error) {
