@@ -119,10 +119,20 @@ func TestStore_Migrate(t *testing.T) {
 		done := make(chan error, 1)
 		go func() { done <- store.Migrate(ctx) }()
 
+		// Migrate waits in PostgreSQL, blocked by the other deploy's session, until it lets go.
+		for blocked := 0; blocked == 0; {
+			select {
+			case err := <-done:
+				require.FailNow(t, "Migrate did not wait for the lock", "err: %v", err)
+			default:
+			}
+			require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`,
+				conn.PgConn().PID()).Scan(&blocked))
+		}
 		select {
 		case err := <-done:
 			require.FailNow(t, "Migrate did not wait for the lock", "err: %v", err)
-		case <-time.After(300 * time.Millisecond):
+		default:
 		}
 
 		require.NoError(t, dbsqlc.New().MigrationUnlock(ctx, conn))
