@@ -251,3 +251,56 @@ func TestStore_New(t *testing.T) {
 		require.Error(t, store.Ping(t.Context()))
 	})
 }
+
+func TestStore_InTx(t *testing.T) {
+	t.Parallel()
+
+	// The transaction's connection is terminated (a restart, pg_terminate_backend) after it wrote
+	// and before it committed: PostgreSQL rolled it back, so it runs again, once, on a fresh
+	// connection, and its write is there exactly once.
+	t.Run("LostBeforeCommitRunsAgain", func(t *testing.T) {
+		t.Parallel()
+
+		ctx := t.Context()
+		database := dbtest.NewPostgresDatabase(t)
+		store, err := postgres.New(ctx, database.URL, &postgres.Config{Logger: dbtest.Logger(t)})
+		require.NoError(t, err)
+		t.Cleanup(func() { store.Close() })
+
+		var calls int
+		err = store.InTx(ctx, func(ctx context.Context, tx db.Queries) error {
+			calls++
+			if _, err := tx.UserInsert(ctx, &db.UserInsertParams{Email: "lost@example.com", PasswordHash: "x", Now: time.Now()}); err != nil {
+				return err
+			}
+			if calls == 1 {
+				database.TerminateBackends(t)
+			}
+			_, err := tx.UserGetByEmail(ctx, "lost@example.com")
+			return err
+		})
+		require.NoError(t, err)
+		require.Equal(t, 2, calls)
+
+		user, err := store.UserGetByEmail(ctx, "lost@example.com")
+		require.NoError(t, err)
+		var count int
+		require.NoError(t, store.Pool().QueryRow(ctx, "SELECT count(*) FROM users WHERE id = $1", user.ID).Scan(&count))
+		require.Equal(t, 1, count)
+	})
+
+	// A transaction that failed for its own reasons is not run again.
+	t.Run("OwnErrorNotRetried", func(t *testing.T) {
+		t.Parallel()
+
+		store := dbtest.NewPostgres(t)
+		var calls int
+		err := store.InTx(t.Context(), func(ctx context.Context, tx db.Queries) error {
+			calls++
+			_, err := tx.UserGetByID(ctx, 424242)
+			return err
+		})
+		require.ErrorIs(t, err, db.ErrNotFound)
+		require.Equal(t, 1, calls)
+	})
+}
