@@ -53,7 +53,7 @@ func TestServer_Health(t *testing.T) {
 
 				rec := serve(t, router, httptest.NewRequest(http.MethodGet, "/readyz", nil))
 				problem := decodeProblem(t, rec, http.StatusServiceUnavailable)
-				require.Equal(t, "The database is unreachable.", problem["detail"])
+				require.Equal(t, "The database is unreachable or cannot be written.", problem["detail"])
 
 				rec = serve(t, router, httptest.NewRequest(http.MethodGet, "/healthz", nil))
 				require.Equal(t, http.StatusOK, rec.Code)

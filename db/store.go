@@ -31,9 +31,10 @@ var (
 	ErrExists = errors.New("already exists")
 
 	// ErrUnavailable wraps errors that mean the database cannot be reached or cannot serve right
-	// now (a refused or dropped connection, a timeout, a server shutting down or out of
-	// connections): a state that passes, answered 503, not a bug. Each engine decides, at its
-	// boundary, which of its driver's errors these are.
+	// now (a refused or dropped connection, a timeout, a server shutting down, out of connections
+	// or read-only; SQLite busy, full or failing its I/O): a state that passes, answered 503, not
+	// a bug. Each engine decides, at its boundary, which of its driver's errors these are, and
+	// every store method's errors go through that decision.
 	ErrUnavailable = errors.New("database unavailable")
 
 	// ErrSchemaBehind is returned by Store.CheckSchema when River's or the app's migrations have
@@ -217,7 +218,9 @@ type Store interface {
 	Engine() string
 
 	// InTx runs fn in one transaction: committed when fn returns nil, rolled back otherwise. fn
-	// must use only the Queries it is given (on SQLite, the pool's one connection is the tx's).
+	// must use only the Queries it is given (on SQLite, the pool's one connection is the tx's),
+	// and have no effect outside the transaction: a transaction whose connection was lost before
+	// it committed runs again (see the engine's retry rule).
 	InTx(ctx context.Context, fn func(ctx context.Context, tx Queries) error) error
 
 	// RateLimitCounterConsume spends one request of a window in one atomic statement, outside any
@@ -236,8 +239,12 @@ type Store interface {
 	EmailMessageDeleteBefore(ctx context.Context, before time.Time, max int) (int64, error)
 
 	// SendPacerReserve takes the next send slot of the named budget, one interval after the
-	// previous slot and never before now, and returns it.
-	SendPacerReserve(ctx context.Context, name string, interval time.Duration, now time.Time) (time.Time, error)
+	// previous slot and never before the database's now, and returns it with that now. The
+	// schedule runs on the database's clock, the one clock every process shares, so no process's
+	// own clock can move it.
+	SendPacerReserve(ctx context.Context, name string, interval time.Duration) (slot, now time.Time, err error)
+	// Now is the database's clock, the one SendPacerReserve schedules on.
+	Now(ctx context.Context) (time.Time, error)
 
 	// Migrate applies River's migrations (rivermigrate) and then the app's (goose), holding a
 	// lock so two deploys cannot race. Idempotent.
@@ -245,8 +252,11 @@ type Store interface {
 	// CheckSchema returns an error wrapping ErrSchemaBehind while any migration is missing.
 	CheckSchema(ctx context.Context) error
 
-	// Ping checks the database answers (readiness).
+	// Ping checks the database answers.
 	Ping(ctx context.Context) error
+	// Ready checks the database answers and takes a write (a one-row heartbeat): an error
+	// wrapping ErrUnavailable while it is unreachable, read-only, busy, full or failing its I/O.
+	Ready(ctx context.Context) error
 
 	// ConfigureRiver creates the store's River client from config (workers, queues, periodic
 	// jobs); JobInsert and River fail before it. Call it once.

@@ -286,13 +286,18 @@ func (d *emailDeliverer) deliver(ctx context.Context, logger *slog.Logger, job *
 // at once: every send still has a slot of its own, so the rate holds over time, though two sends
 // may then come closer than the interval (a 429, if the provider minds, is snoozed). A pacer
 // snooze spends no attempt and does not count against MaxSnoozes.
+//
+// Slots and waits are on the database's clock (see pacer). A slot past the job's idempotency key
+// life (its creation, also on the database's clock, plus IdempotencyKeyLifetime) is not waited
+// for: the attempt fails like any error, as a provider snooze past that life does, and the job
+// is retried on RetryPolicy's schedule (or discarded after its last attempt) rather than sent
+// with a key the provider may have forgotten.
 func (d *emailDeliverer) pace(ctx context.Context, logger *slog.Logger, job *rivertype.JobRow, meta jobMetadata) error {
 	if d.pacer == nil {
 		return nil
 	}
-	now := d.nowFunc()
 
-	var slot time.Time
+	var slot, now time.Time
 	if meta.PacerSlotUS != nil {
 		// A slot reserved before a pacer snooze. Clear it whatever this attempt's outcome: it is
 		// spent now.
@@ -300,13 +305,20 @@ func (d *emailDeliverer) pace(ctx context.Context, logger *slog.Logger, job *riv
 		if err := river.MetadataSet(ctx, metadataPacerSlot, nil); err != nil {
 			return fmt.Errorf("error clearing send slot: %w", err)
 		}
+		var err error
+		if now, err = d.pacer.now(ctx); err != nil {
+			return err
+		}
 	} else {
 		var err error
-		if slot, err = d.pacer.reserve(ctx, now); err != nil {
+		if slot, now, err = d.pacer.reserve(ctx); err != nil {
 			return err
 		}
 	}
 
+	if deadline := job.CreatedAt.Add(IdempotencyKeyLifetime); slot.After(deadline) {
+		return d.fail(ctx, logger, job, fmt.Errorf("error waiting for send slot: not waiting %s: it would outlive the idempotency key", slot.Sub(now).Round(time.Millisecond)))
+	}
 	wait := slot.Sub(now)
 	if wait > d.jobTimeout/2 {
 		if err := errors.Join(

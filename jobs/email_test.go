@@ -14,6 +14,7 @@ import (
 
 	"github.com/postguard/postguard/db"
 	"github.com/postguard/postguard/db/dbtest"
+	"github.com/postguard/postguard/jobs/mail"
 	"github.com/postguard/postguard/jobs/mail/resendfake"
 	"github.com/postguard/postguard/jobs/tokens"
 )
@@ -51,22 +52,21 @@ func TestEmailWorkers_ProviderAnswers(t *testing.T) {
 		t.Run("ServerErrorRetriesAfterOneMinute", func(t *testing.T) {
 			t.Parallel()
 
-			bundle := setupWorker(t, newStore(t), nil)
+			clock := newTestClock()
+			bundle := setupWorker(t, newStore(t), &workerOpts{clock: clock})
 			bundle.fake.Enqueue(resendfake.Response{Status: http.StatusInternalServerError, Name: "internal_server_error"})
 			user := createUser(t, bundle.store)
 			job := bundle.insert(t, VerificationEmailArgs{UserID: user.ID}, nil)
 
-			before := time.Now()
 			bundle.start(t)
 			event := bundle.wait(t, job.ID, river.EventKindJobFailed)
-			after := time.Now()
 
 			require.Equal(t, rivertype.JobStateRetryable, event.Job.State)
 			require.Equal(t, 1, event.Job.Attempt)
 			require.Len(t, event.Job.Errors, 1)
 			require.Contains(t, event.Job.Errors[0].Error, "500")
-			// 1 minute after the first failure, jitter at most +10%.
-			require.WithinRange(t, event.Job.ScheduledAt, before.Add(time.Minute), after.Add(time.Minute+6*time.Second))
+			// 1 minute after the first failure (jitter is RetryPolicy's own test).
+			require.Equal(t, clock.Now().Add(time.Minute), event.Job.ScheduledAt.UTC())
 			require.Empty(t, bundle.fake.Deliveries())
 			require.Equal(t, float64(1), bundle.deliveries(t, "verification_email", OutcomeRetried))
 		})
@@ -113,7 +113,8 @@ func TestEmailWorkers_ProviderAnswers(t *testing.T) {
 		t.Run("RateLimitedSnoozesWithoutSpendingAttempt", func(t *testing.T) {
 			t.Parallel()
 
-			bundle := setupWorker(t, newStore(t), nil)
+			clock := newTestClock()
+			bundle := setupWorker(t, newStore(t), &workerOpts{clock: clock})
 			bundle.fake.Enqueue(resendfake.Response{
 				Status:     http.StatusTooManyRequests,
 				Name:       resendfake.NameRateLimitExceeded,
@@ -127,8 +128,11 @@ func TestEmailWorkers_ProviderAnswers(t *testing.T) {
 			require.Equal(t, 0, snoozed.Job.Attempt) // attempt given back
 			require.Empty(t, snoozed.Job.Errors)
 			require.Equal(t, int64(1), parseJobMetadata(snoozed.Job.Metadata).Snoozes)
-			require.WithinDuration(t, time.Now().Add(time.Second), snoozed.Job.ScheduledAt, 900*time.Millisecond)
+			require.Equal(t, clock.Now().Add(time.Second), snoozed.Job.ScheduledAt.UTC()) // the Retry-After
+			require.Len(t, bundle.fake.Requests(), 1)
 
+			// Not before its time: the clock stands still until the test moves it.
+			clock.Advance(time.Second)
 			completed := bundle.wait(t, job.ID, river.EventKindJobCompleted)
 			require.Equal(t, 1, completed.Job.Attempt)
 			require.Empty(t, completed.Job.Errors)
@@ -141,7 +145,8 @@ func TestEmailWorkers_ProviderAnswers(t *testing.T) {
 		t.Run("ConcurrentIdempotentRequestSnoozes", func(t *testing.T) {
 			t.Parallel()
 
-			bundle := setupWorker(t, newStore(t), nil)
+			clock := newTestClock()
+			bundle := setupWorker(t, newStore(t), &workerOpts{clock: clock})
 			bundle.fake.Enqueue(resendfake.Response{Status: http.StatusConflict, Name: resendfake.NameConcurrentIdempotentRequests})
 			user := createUser(t, bundle.store)
 			job := bundle.insert(t, WelcomeEmailArgs{UserID: user.ID}, nil)
@@ -151,7 +156,7 @@ func TestEmailWorkers_ProviderAnswers(t *testing.T) {
 			require.Equal(t, 0, snoozed.Job.Attempt)
 			require.Empty(t, snoozed.Job.Errors)
 			// A short snooze, and no more.
-			require.WithinDuration(t, time.Now().Add(5*time.Second), snoozed.Job.ScheduledAt, 2*time.Second)
+			require.Equal(t, clock.Now().Add(mail.ConcurrentIdempotencySnooze), snoozed.Job.ScheduledAt.UTC())
 		})
 
 		t.Run("InvalidIdempotentRequestCancels", func(t *testing.T) {
@@ -171,7 +176,8 @@ func TestEmailWorkers_ProviderAnswers(t *testing.T) {
 		t.Run("NetworkErrorRetries", func(t *testing.T) {
 			t.Parallel()
 
-			bundle := setupWorker(t, newStore(t), nil)
+			clock := newTestClock()
+			bundle := setupWorker(t, newStore(t), &workerOpts{clock: clock})
 			bundle.fake.Enqueue(resendfake.Response{Drop: true})
 			user := createUser(t, bundle.store)
 			job := bundle.insert(t, VerificationEmailArgs{UserID: user.ID}, nil)
@@ -181,7 +187,7 @@ func TestEmailWorkers_ProviderAnswers(t *testing.T) {
 			require.Equal(t, rivertype.JobStateRetryable, event.Job.State)
 			require.Equal(t, 1, event.Job.Attempt)
 			require.Len(t, event.Job.Errors, 1)
-			require.WithinDuration(t, time.Now().Add(time.Minute), event.Job.ScheduledAt, 10*time.Second)
+			require.Equal(t, clock.Now().Add(time.Minute), event.Job.ScheduledAt.UTC())
 		})
 
 		t.Run("SnoozeCapFails", func(t *testing.T) {

@@ -51,6 +51,39 @@ func (b *syncBuffer) String() string {
 	return b.buf.String()
 }
 
+// testClock is a clock that stands still until the test moves it: River's (a
+// rivertype.TimeGenerator) and the workers' at once.
+type testClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+// newTestClock starts a clock at the current second, which every engine stores exactly.
+func newTestClock() *testClock {
+	return &testClock{now: time.Now().UTC().Truncate(time.Second)}
+}
+
+// Now returns the clock's time.
+func (c *testClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+// NowOrNil returns the clock's time: River then uses it in its queries too, instead of the
+// database's now.
+func (c *testClock) NowOrNil() *time.Time {
+	now := c.Now()
+	return &now
+}
+
+// Advance moves the clock forward by d.
+func (c *testClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
 // workerBundle is a store with a River client configured by NewRiverConfig, sending through the
 // real ResendSender to a resendfake.
 type workerBundle struct {
@@ -68,6 +101,10 @@ type workerBundle struct {
 }
 
 type workerOpts struct {
+	// clock, when set, is River's clock (river.Config.Test.Time) and the workers' NowFunc, and
+	// retries get no jitter: schedules are then exact, and a job scheduled ahead waits for the
+	// test to move the clock.
+	clock *testClock
 	// configure adjusts the jobs Config before NewRiverConfig.
 	configure func(config *Config)
 	// configureRiver adjusts the River config before ConfigureRiver.
@@ -117,6 +154,9 @@ func setupWorker(t *testing.T, store db.Store, opts *workerOpts) *workerBundle {
 		RescueAfter:       time.Minute,
 		Secret:            testSecret,
 	}
+	if opts.clock != nil {
+		config.NowFunc = opts.clock.Now
+	}
 	if opts.configure != nil {
 		opts.configure(config)
 	}
@@ -130,6 +170,10 @@ func setupWorker(t *testing.T, store db.Store, opts *workerOpts) *workerBundle {
 	require.NoError(t, err)
 	if !opts.keepPeriodicJobs {
 		riverConfig.PeriodicJobs = nil
+	}
+	if opts.clock != nil {
+		riverConfig.Test.Time = opts.clock
+		riverConfig.RetryPolicy = &RetryPolicy{NowFunc: opts.clock.Now, jitterFunc: func() float64 { return 0 }}
 	}
 	if opts.configureRiver != nil {
 		opts.configureRiver(riverConfig)

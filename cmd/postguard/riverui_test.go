@@ -19,6 +19,7 @@ import (
 
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/postguard/postguard/db/dbtest"
@@ -310,8 +311,13 @@ func TestServe_RiverUI(t *testing.T) {
 		}
 		require.NoError(t, json.Unmarshal([]byte(body), &registered))
 
-		require.Eventually(t, func() bool { return len(opsRiverUIJobs(t, server.URL, "completed")) == 2 },
-			20*time.Second, 50*time.Millisecond, "jobs not completed; logs:\n%s", server.Logs.String())
+		if !assert.Eventually(t, func() bool { return len(opsRiverUIJobs(t, server.URL, "completed")) == 2 },
+			20*time.Second, 50*time.Millisecond) {
+			// Said after the wait, so that the logs are the process's logs by then.
+			t.Fatalf("jobs not completed: %d available, %d running, %d retryable, %d delivered; logs:\n%s",
+				len(opsRiverUIJobs(t, server.URL, "available")), len(opsRiverUIJobs(t, server.URL, "running")),
+				len(opsRiverUIJobs(t, server.URL, "retryable")), len(fake.Deliveries()), server.Logs.String())
+		}
 
 		deliveries := fake.Deliveries()
 		require.Len(t, deliveries, 2)

@@ -8,10 +8,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"log/slog"
-	"net"
 	"slices"
 	"strings"
 	"time"
@@ -49,6 +47,10 @@ type Config struct {
 	// RateLimitMaxConns caps the second pool, the one whose connections run with
 	// synchronous_commit off for RateLimitCounterConsume. Defaults to RateLimitMaxConnsDefault.
 	RateLimitMaxConns int32
+
+	// ConnectTimeout bounds each new connection when the URL sets no connect_timeout. Defaults
+	// to ConnectTimeoutDefault.
+	ConnectTimeout time.Duration
 }
 
 // Store is the Postgres db.Store.
@@ -70,7 +72,9 @@ var _ db.Store = (*Store)(nil)
 // New opens a Store on databaseURL (a postgres:// URL or a key=value DSN). Its tables are those
 // the connection's search_path finds first, so a schema is chosen in the URL, e.g.
 // `options=-c%20search_path%3Dmyschema`. New does not migrate; see Migrate and CheckSchema.
-// Connections are made lazily, so New succeeds while the database is down.
+// Connections are made lazily, so New succeeds while the database is down. Each connection
+// attempt gives up after connect_timeout from the URL, else Config.ConnectTimeout; see the retry
+// rule (retry.go) for which failed calls run again.
 func New(ctx context.Context, databaseURL string, config *Config) (*Store, error) {
 	if config == nil {
 		config = &Config{}
@@ -83,6 +87,11 @@ func New(ctx context.Context, databaseURL string, config *Config) (*Store, error
 	if config.MaxConns > 0 {
 		poolConfig.MaxConns = config.MaxConns
 	}
+	if poolConfig.ConnConfig.ConnectTimeout == 0 {
+		// What pgconn does for connect_timeout: the whole attempt (dial, TLS, start-up) shares it.
+		poolConfig.ConnConfig.ConnectTimeout = cmp.Or(config.ConnectTimeout, ConnectTimeoutDefault)
+	}
+	poolConfig.PrepareConn = checkConn
 
 	rateLimitPoolConfig := poolConfig.Copy()
 	rateLimitPoolConfig.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
@@ -119,7 +128,7 @@ func (s *Store) CheckSchema(ctx context.Context) error {
 
 	existing, err := migrator.ExistingVersions(ctx)
 	if err != nil {
-		return fmt.Errorf("error reading River's migrations: %w", err)
+		return fmt.Errorf("error reading River's migrations: %w", interpretError(err))
 	}
 
 	var behind []string
@@ -169,9 +178,11 @@ func (s *Store) ConfigureRiver(config *river.Config) error {
 
 // EmailTokenDeleteExpired deletes up to limit tokens that expired before before.
 func (s *Store) EmailTokenDeleteExpired(ctx context.Context, before time.Time, limit int) (int64, error) {
-	deleted, err := dbsqlc.New().EmailTokenDeleteExpired(ctx, s.pool, dbsqlc.EmailTokenDeleteExpiredParams{
-		Before: before,
-		Max:    int64(limit),
+	deleted, err := retryOnce(ctx, false, func() (int64, error) {
+		return dbsqlc.New().EmailTokenDeleteExpired(ctx, s.pool, dbsqlc.EmailTokenDeleteExpiredParams{
+			Before: before,
+			Max:    int64(limit),
+		})
 	})
 	if err != nil {
 		return 0, fmt.Errorf("error deleting expired email tokens: %w", interpretError(err))
@@ -183,11 +194,24 @@ func (s *Store) EmailTokenDeleteExpired(ctx context.Context, before time.Time, l
 func (s *Store) Engine() string { return "postgres" }
 
 // InTx runs fn in one transaction, committed when fn returns nil and rolled back otherwise (or
-// when fn panics). Jobs fn inserts with JobInsert commit or roll back with it.
+// when fn panics). Jobs fn inserts with JobInsert commit or roll back with it. A transaction
+// whose connection was lost before COMMIT was sent runs again, once, on another connection (the
+// retry rule in retry.go): fn must have no effect outside the transaction.
 func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx db.Queries) error) error {
+	committing, err := s.tryTx(ctx, fn)
+	if err != nil && !committing && mayRetry(ctx, err, true) {
+		s.logger.InfoContext(ctx, "transaction lost its connection before COMMIT; running it again", slog.String("error", err.Error()))
+		_, err = s.tryTx(ctx, fn)
+	}
+	return err
+}
+
+// tryTx runs fn in one transaction. committing says COMMIT was sent: a failure then may have
+// committed, and must not be retried.
+func (s *Store) tryTx(ctx context.Context, fn func(ctx context.Context, tx db.Queries) error) (committing bool, err error) {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
-		return fmt.Errorf("error beginning transaction: %w", interpretError(err))
+		return false, fmt.Errorf("error beginning transaction: %w", interpretError(err))
 	}
 	defer func() {
 		// A no-op after Commit. On failure pgx closes the connection, so it is not reused.
@@ -195,13 +219,13 @@ func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx db.Que
 	}()
 
 	if err := fn(ctx, &executor{dbtx: tx, store: s, tx: tx}); err != nil {
-		return err
+		return false, err
 	}
 
 	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("error committing transaction: %w", interpretError(err))
+		return !pgconn.SafeToRetry(err), fmt.Errorf("error committing transaction: %w", interpretError(err))
 	}
-	return nil
+	return true, nil
 }
 
 // Migrate applies River's migrations, exactly those `river migrate-up` applies and recorded in
@@ -211,13 +235,13 @@ func (s *Store) Migrate(ctx context.Context) error {
 	// A connection outside the pool: holding the lock never starves River or goose of theirs.
 	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
 	if err != nil {
-		return fmt.Errorf("error connecting to take the migration lock: %w", err)
+		return fmt.Errorf("error connecting to take the migration lock: %w", interpretError(err))
 	}
 	// Ending the session releases the lock too, should the unlock below fail.
 	defer conn.Close(context.WithoutCancel(ctx))
 
 	if err := dbsqlc.New().MigrationLock(ctx, conn); err != nil {
-		return fmt.Errorf("error taking the migration lock: %w", err)
+		return fmt.Errorf("error taking the migration lock: %w", interpretError(err))
 	}
 	defer func() {
 		if err := dbsqlc.New().MigrationUnlock(context.WithoutCancel(ctx), conn); err != nil {
@@ -230,7 +254,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 		return err
 	}
 	if _, err := migrator.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
-		return fmt.Errorf("error applying River's migrations: %w", err)
+		return fmt.Errorf("error applying River's migrations: %w", interpretError(err))
 	}
 
 	provider, sqlDB, err := s.gooseProvider()
@@ -240,15 +264,40 @@ func (s *Store) Migrate(ctx context.Context) error {
 	defer sqlDB.Close()
 
 	if _, err := provider.Up(ctx); err != nil {
-		return fmt.Errorf("error applying the app's migrations: %w", err)
+		return fmt.Errorf("error applying the app's migrations: %w", interpretError(err))
 	}
 	return nil
 }
 
+// Now is the database's clock (clock_timestamp()), the one SendPacerReserve schedules on.
+func (s *Store) Now(ctx context.Context) (time.Time, error) {
+	nowUS, err := retryOnce(ctx, true, func() (int64, error) {
+		return dbsqlc.New().SendPacerNow(ctx, s.pool)
+	})
+	if err != nil {
+		return time.Time{}, fmt.Errorf("error reading the database's clock: %w", interpretError(err))
+	}
+	return time.UnixMicro(nowUS).UTC(), nil
+}
+
 // Ping checks the database answers.
 func (s *Store) Ping(ctx context.Context) error {
-	if err := s.pool.Ping(ctx); err != nil {
+	if _, err := retryOnce(ctx, true, func() (struct{}, error) { return struct{}{}, s.pool.Ping(ctx) }); err != nil {
 		return fmt.Errorf("error pinging database: %w", interpretError(err))
+	}
+	return nil
+}
+
+// Ready checks the database answers and takes a write: it updates the one-row heartbeat on the
+// main pool, the pool users, tokens and jobs are written through. A read-only server (25006: a
+// demoted primary, a standby, default_transaction_read_only) fails it, as does one that cannot
+// commit in time (a synchronous standby gone).
+func (s *Store) Ready(ctx context.Context) error {
+	_, err := retryOnce(ctx, true, func() (struct{}, error) {
+		return struct{}{}, dbsqlc.New().ReadinessHeartbeatUpsert(ctx, s.pool)
+	})
+	if err != nil {
+		return fmt.Errorf("error writing the readiness heartbeat: %w", interpretError(err))
 	}
 	return nil
 }
@@ -260,11 +309,14 @@ func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 // (synchronous_commit off), outside any other transaction. When the window is at its limit, ok is
 // false, nothing is counted, and count is the limit.
 func (s *Store) RateLimitCounterConsume(ctx context.Context, params *db.RateLimitCounterConsumeParams) (int64, bool, error) {
-	count, err := dbsqlc.New().RateLimitCounterConsume(ctx, s.rateLimitPool, dbsqlc.RateLimitCounterConsumeParams{
-		KeyHash:     params.KeyHash,
-		LimitCount:  params.Limit,
-		WindowEnd:   params.WindowEnd,
-		WindowStart: params.WindowStart,
+	// Not idempotent: a retry after a lost answer would count the request twice.
+	count, err := retryOnce(ctx, false, func() (int64, error) {
+		return dbsqlc.New().RateLimitCounterConsume(ctx, s.rateLimitPool, dbsqlc.RateLimitCounterConsumeParams{
+			KeyHash:     params.KeyHash,
+			LimitCount:  params.Limit,
+			WindowEnd:   params.WindowEnd,
+			WindowStart: params.WindowStart,
+		})
 	})
 	if err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -278,9 +330,11 @@ func (s *Store) RateLimitCounterConsume(ctx context.Context, params *db.RateLimi
 // RateLimitCounterGet reads a window's count on the rate-limit pool, with the checks that spend
 // it; 0 when the window has counted nothing yet.
 func (s *Store) RateLimitCounterGet(ctx context.Context, params *db.RateLimitCounterGetParams) (int64, error) {
-	count, err := dbsqlc.New().RateLimitCounterGet(ctx, s.rateLimitPool, dbsqlc.RateLimitCounterGetParams{
-		KeyHash:     params.KeyHash,
-		WindowStart: params.WindowStart,
+	count, err := retryOnce(ctx, true, func() (int64, error) {
+		return dbsqlc.New().RateLimitCounterGet(ctx, s.rateLimitPool, dbsqlc.RateLimitCounterGetParams{
+			KeyHash:     params.KeyHash,
+			WindowStart: params.WindowStart,
+		})
 	})
 	if err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -293,9 +347,11 @@ func (s *Store) RateLimitCounterGet(ctx context.Context, params *db.RateLimitCou
 
 // RateLimitCounterDeleteExpired deletes up to limit counters whose window ended before before.
 func (s *Store) RateLimitCounterDeleteExpired(ctx context.Context, before time.Time, limit int) (int64, error) {
-	deleted, err := dbsqlc.New().RateLimitCounterDeleteExpired(ctx, s.pool, dbsqlc.RateLimitCounterDeleteExpiredParams{
-		Before: before,
-		Max:    int64(limit),
+	deleted, err := retryOnce(ctx, false, func() (int64, error) {
+		return dbsqlc.New().RateLimitCounterDeleteExpired(ctx, s.pool, dbsqlc.RateLimitCounterDeleteExpiredParams{
+			Before: before,
+			Max:    int64(limit),
+		})
 	})
 	if err != nil {
 		return 0, fmt.Errorf("error deleting expired rate limit counters: %w", interpretError(err))
@@ -321,22 +377,25 @@ func (s *Store) RiverUIEndpoints() uiendpoints.Bundle {
 }
 
 // SendPacerReserve takes the next send slot of the named budget, one interval after the previous
-// slot and never before now, in one statement shared by every process.
-func (s *Store) SendPacerReserve(ctx context.Context, name string, interval time.Duration, now time.Time) (time.Time, error) {
+// slot and never before the database's now (clock_timestamp()), in one statement shared by every
+// process, and returns the slot and that now.
+func (s *Store) SendPacerReserve(ctx context.Context, name string, interval time.Duration) (time.Time, time.Time, error) {
 	if interval <= 0 {
-		return time.Time{}, fmt.Errorf("send pacer interval must be positive, got %s", interval)
+		return time.Time{}, time.Time{}, fmt.Errorf("send pacer interval must be positive, got %s", interval)
 	}
 
 	intervalUS := interval.Microseconds()
-	tatUS, err := dbsqlc.New().SendPacerReserve(ctx, s.pool, dbsqlc.SendPacerReserveParams{
-		IntervalUs: intervalUS,
-		Name:       name,
-		TatUs:      now.UnixMicro() + intervalUS,
+	// Not idempotent: a retry after a lost answer would take a second slot.
+	row, err := retryOnce(ctx, false, func() (*dbsqlc.SendPacerReserveRow, error) {
+		return dbsqlc.New().SendPacerReserve(ctx, s.pool, dbsqlc.SendPacerReserveParams{
+			IntervalUs: intervalUS,
+			Name:       name,
+		})
 	})
 	if err != nil {
-		return time.Time{}, fmt.Errorf("error reserving send slot: %w", interpretError(err))
+		return time.Time{}, time.Time{}, fmt.Errorf("error reserving send slot: %w", interpretError(err))
 	}
-	return time.UnixMicro(tatUS - intervalUS).UTC(), nil
+	return time.UnixMicro(row.TatUs - intervalUS).UTC(), time.UnixMicro(row.NowUs).UTC(), nil
 }
 
 // gooseBehind says how far behind the app's migrations are, or "" when all are applied. Unlike
@@ -355,7 +414,7 @@ func (s *Store) gooseBehind(ctx context.Context) (string, error) {
 	}
 	exists, err := versionStore.(database.StoreExtender).TableExists(ctx, sqlDB)
 	if err != nil {
-		return "", fmt.Errorf("error checking goose's version table: %w", err)
+		return "", fmt.Errorf("error checking goose's version table: %w", interpretError(err))
 	}
 	if !exists {
 		return "the app's migrations are not applied", nil
@@ -363,7 +422,7 @@ func (s *Store) gooseBehind(ctx context.Context) (string, error) {
 
 	pending, err := provider.HasPending(ctx)
 	if err != nil {
-		return "", fmt.Errorf("error checking the app's migrations: %w", err)
+		return "", fmt.Errorf("error checking the app's migrations: %w", interpretError(err))
 	}
 	if !pending {
 		return "", nil
@@ -371,7 +430,7 @@ func (s *Store) gooseBehind(ctx context.Context) (string, error) {
 
 	current, target, err := provider.GetVersions(ctx)
 	if err != nil {
-		return "", fmt.Errorf("error reading the app's migration version: %w", err)
+		return "", fmt.Errorf("error reading the app's migration version: %w", interpretError(err))
 	}
 	return fmt.Sprintf("the app's schema is at version %d of %d", current, target), nil
 }
@@ -414,12 +473,23 @@ type executor struct {
 	tx    pgx.Tx
 }
 
+// run runs one statement of e: on the pool under retryOnce's rule (idempotent as it says), in a
+// transaction once (InTx decides about running the whole transaction again).
+func run[T any](ctx context.Context, e *executor, idempotent bool, op func() (T, error)) (T, error) {
+	if e.tx != nil {
+		return op()
+	}
+	return retryOnce(ctx, idempotent, op)
+}
+
 // EmailTokenConsume implements db.Queries.EmailTokenConsume.
 func (e *executor) EmailTokenConsume(ctx context.Context, tokenHash []byte, purpose db.TokenPurpose, now time.Time) (int64, error) {
-	userID, err := dbsqlc.New().EmailTokenConsume(ctx, e.dbtx, dbsqlc.EmailTokenConsumeParams{
-		Now:       now,
-		Purpose:   string(purpose),
-		TokenHash: tokenHash,
+	userID, err := run(ctx, e, false, func() (int64, error) {
+		return dbsqlc.New().EmailTokenConsume(ctx, e.dbtx, dbsqlc.EmailTokenConsumeParams{
+			Now:       now,
+			Purpose:   string(purpose),
+			TokenHash: tokenHash,
+		})
 	})
 	if err != nil {
 		return 0, fmt.Errorf("error consuming email token: %w", interpretError(err))
@@ -429,14 +499,17 @@ func (e *executor) EmailTokenConsume(ctx context.Context, tokenHash []byte, purp
 
 // EmailTokenInsert implements db.Queries.EmailTokenInsert.
 func (e *executor) EmailTokenInsert(ctx context.Context, params *db.EmailTokenInsertParams) error {
-	err := dbsqlc.New().EmailTokenInsert(ctx, e.dbtx, dbsqlc.EmailTokenInsertParams{
-		ExpiresAt: params.ExpiresAt,
-		JobID:     params.JobID,
-		Now:       params.Now,
-		Purpose:   string(params.Purpose),
-		Sealed:    params.Sealed,
-		TokenHash: params.TokenHash,
-		UserID:    params.UserID,
+	// Not idempotent (job_id is unique): retried only when nothing was sent.
+	_, err := run(ctx, e, false, func() (struct{}, error) {
+		return struct{}{}, dbsqlc.New().EmailTokenInsert(ctx, e.dbtx, dbsqlc.EmailTokenInsertParams{
+			ExpiresAt: params.ExpiresAt,
+			JobID:     params.JobID,
+			Now:       params.Now,
+			Purpose:   string(params.Purpose),
+			Sealed:    params.Sealed,
+			TokenHash: params.TokenHash,
+			UserID:    params.UserID,
+		})
 	})
 	if err != nil {
 		return fmt.Errorf("error inserting email token: %w", interpretError(err))
@@ -446,10 +519,12 @@ func (e *executor) EmailTokenInsert(ctx context.Context, params *db.EmailTokenIn
 
 // EmailTokenLookup implements db.Queries.EmailTokenLookup.
 func (e *executor) EmailTokenLookup(ctx context.Context, tokenHash []byte, purpose db.TokenPurpose, now time.Time) (int64, error) {
-	userID, err := dbsqlc.New().EmailTokenLookup(ctx, e.dbtx, dbsqlc.EmailTokenLookupParams{
-		Now:       now,
-		Purpose:   string(purpose),
-		TokenHash: tokenHash,
+	userID, err := run(ctx, e, true, func() (int64, error) {
+		return dbsqlc.New().EmailTokenLookup(ctx, e.dbtx, dbsqlc.EmailTokenLookupParams{
+			Now:       now,
+			Purpose:   string(purpose),
+			TokenHash: tokenHash,
+		})
 	})
 	if err != nil {
 		return 0, fmt.Errorf("error looking up email token: %w", interpretError(err))
@@ -459,10 +534,12 @@ func (e *executor) EmailTokenLookup(ctx context.Context, tokenHash []byte, purpo
 
 // EmailTokenInvalidateUser implements db.Queries.EmailTokenInvalidateUser.
 func (e *executor) EmailTokenInvalidateUser(ctx context.Context, userID int64, purpose db.TokenPurpose, now time.Time) error {
-	_, err := dbsqlc.New().EmailTokenInvalidateUser(ctx, e.dbtx, dbsqlc.EmailTokenInvalidateUserParams{
-		Now:     now,
-		Purpose: string(purpose),
-		UserID:  userID,
+	_, err := run(ctx, e, false, func() (int64, error) {
+		return dbsqlc.New().EmailTokenInvalidateUser(ctx, e.dbtx, dbsqlc.EmailTokenInvalidateUserParams{
+			Now:     now,
+			Purpose: string(purpose),
+			UserID:  userID,
+		})
 	})
 	if err != nil {
 		return fmt.Errorf("error invalidating email tokens: %w", interpretError(err))
@@ -477,15 +554,12 @@ func (e *executor) JobInsert(ctx context.Context, args river.JobArgs, opts *rive
 		return nil, errors.New("error inserting job: River is not configured (call ConfigureRiver first)")
 	}
 
-	var (
-		res *rivertype.JobInsertResult
-		err error
-	)
-	if e.tx != nil {
-		res, err = client.InsertTx(ctx, e.tx, args, opts)
-	} else {
-		res, err = client.Insert(ctx, args, opts)
-	}
+	res, err := run(ctx, e, false, func() (*rivertype.JobInsertResult, error) {
+		if e.tx != nil {
+			return client.InsertTx(ctx, e.tx, args, opts)
+		}
+		return client.Insert(ctx, args, opts)
+	})
 	if err != nil {
 		return nil, fmt.Errorf("error inserting %s job: %w", args.Kind(), interpretError(err))
 	}
@@ -494,7 +568,9 @@ func (e *executor) JobInsert(ctx context.Context, args river.JobArgs, opts *rive
 
 // UserGetByEmail implements db.Queries.UserGetByEmail.
 func (e *executor) UserGetByEmail(ctx context.Context, email string) (*db.User, error) {
-	user, err := dbsqlc.New().UserGetByEmail(ctx, e.dbtx, email)
+	user, err := run(ctx, e, true, func() (*dbsqlc.User, error) {
+		return dbsqlc.New().UserGetByEmail(ctx, e.dbtx, email)
+	})
 	if err != nil {
 		return nil, fmt.Errorf("error getting user by email: %w", interpretError(err))
 	}
@@ -503,7 +579,9 @@ func (e *executor) UserGetByEmail(ctx context.Context, email string) (*db.User, 
 
 // UserGetByID implements db.Queries.UserGetByID.
 func (e *executor) UserGetByID(ctx context.Context, id int64) (*db.User, error) {
-	user, err := dbsqlc.New().UserGetByID(ctx, e.dbtx, id)
+	user, err := run(ctx, e, true, func() (*dbsqlc.User, error) {
+		return dbsqlc.New().UserGetByID(ctx, e.dbtx, id)
+	})
 	if err != nil {
 		return nil, fmt.Errorf("error getting user by id: %w", interpretError(err))
 	}
@@ -512,11 +590,13 @@ func (e *executor) UserGetByID(ctx context.Context, id int64) (*db.User, error) 
 
 // UserInsert implements db.Queries.UserInsert.
 func (e *executor) UserInsert(ctx context.Context, params *db.UserInsertParams) (*db.User, error) {
-	user, err := dbsqlc.New().UserInsert(ctx, e.dbtx, dbsqlc.UserInsertParams{
-		Email:        params.Email,
-		Name:         params.Name,
-		Now:          params.Now,
-		PasswordHash: params.PasswordHash,
+	user, err := run(ctx, e, false, func() (*dbsqlc.User, error) {
+		return dbsqlc.New().UserInsert(ctx, e.dbtx, dbsqlc.UserInsertParams{
+			Email:        params.Email,
+			Name:         params.Name,
+			Now:          params.Now,
+			PasswordHash: params.PasswordHash,
+		})
 	})
 	if err != nil {
 		// ON CONFLICT DO NOTHING: no row back means the email is taken, and a transaction around
@@ -531,69 +611,36 @@ func (e *executor) UserInsert(ctx context.Context, params *db.UserInsertParams) 
 
 // UserMarkEmailVerified implements db.Queries.UserMarkEmailVerified.
 func (e *executor) UserMarkEmailVerified(ctx context.Context, id int64, now time.Time) error {
-	updated, err := dbsqlc.New().UserMarkEmailVerified(ctx, e.dbtx, dbsqlc.UserMarkEmailVerifiedParams{
-		ID:  id,
-		Now: now,
+	updated, err := run(ctx, e, false, func() (int64, error) {
+		return dbsqlc.New().UserMarkEmailVerified(ctx, e.dbtx, dbsqlc.UserMarkEmailVerifiedParams{
+			ID:  id,
+			Now: now,
+		})
 	})
 	return requireUpdated("marking email verified", updated, err)
 }
 
 // UserSetPassword implements db.Queries.UserSetPassword.
 func (e *executor) UserSetPassword(ctx context.Context, id int64, passwordHash string, now time.Time) error {
-	updated, err := dbsqlc.New().UserSetPassword(ctx, e.dbtx, dbsqlc.UserSetPasswordParams{
-		ID:           id,
-		Now:          now,
-		PasswordHash: passwordHash,
+	updated, err := run(ctx, e, false, func() (int64, error) {
+		return dbsqlc.New().UserSetPassword(ctx, e.dbtx, dbsqlc.UserSetPasswordParams{
+			ID:           id,
+			Now:          now,
+			PasswordHash: passwordHash,
+		})
 	})
 	return requireUpdated("setting password", updated, err)
 }
 
 // UserUnsubscribe implements db.Queries.UserUnsubscribe.
 func (e *executor) UserUnsubscribe(ctx context.Context, id int64, now time.Time) error {
-	updated, err := dbsqlc.New().UserUnsubscribe(ctx, e.dbtx, dbsqlc.UserUnsubscribeParams{
-		ID:  id,
-		Now: now,
+	updated, err := run(ctx, e, false, func() (int64, error) {
+		return dbsqlc.New().UserUnsubscribe(ctx, e.dbtx, dbsqlc.UserUnsubscribeParams{
+			ID:  id,
+			Now: now,
+		})
 	})
 	return requireUpdated("unsubscribing user", updated, err)
-}
-
-// interpretError turns pgx's errors into the db package's, once, at the store's boundary:
-// pgx.ErrNoRows is db.ErrNotFound, and an error that says the database cannot serve right now
-// (see unavailable) is wrapped in db.ErrUnavailable.
-func interpretError(err error) error {
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return db.ErrNotFound
-	case unavailable(err):
-		return fmt.Errorf("%w: %w", db.ErrUnavailable, err)
-	}
-	return err
-}
-
-// unavailable says err is PostgreSQL being unreachable or not answering, a state that passes,
-// rather than a bug:
-//   - the network failed: a refused, reset or timed-out connection is a net.Error, a connection
-//     closed mid-answer an io.EOF;
-//   - pgx found its connection closed by such a failure (pgconn.ErrConnClosed), or failed before
-//     sending anything (pgconn.SafeToRetry), or timed out (pgconn.Timeout);
-//   - the server said it cannot serve: SQLSTATE class 08 (connection exception), 53300 (too many
-//     connections), 57P01-57P03 (shutting down, crashed, starting up).
-func unavailable(err error) bool {
-	var netErr net.Error
-	switch {
-	case errors.As(err, &netErr), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
-		return true
-	case errors.Is(err, pgconn.ErrConnClosed), pgconn.SafeToRetry(err), pgconn.Timeout(err):
-		return true
-	}
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		switch state := pgErr.SQLState(); {
-		case strings.HasPrefix(state, "08"), state == "53300", state == "57P01", state == "57P02", state == "57P03":
-			return true
-		}
-	}
-	return false
 }
 
 // missingVersions lists the versions of all that are not in existing.

@@ -2,6 +2,8 @@ package postgres_test
 
 import (
 	"context"
+	"net"
+	"net/url"
 	"sync"
 	"testing"
 	"time"
@@ -117,10 +119,20 @@ func TestStore_Migrate(t *testing.T) {
 		done := make(chan error, 1)
 		go func() { done <- store.Migrate(ctx) }()
 
+		// Migrate waits in PostgreSQL, blocked by the other deploy's session, until it lets go.
+		for blocked := 0; blocked == 0; {
+			select {
+			case err := <-done:
+				require.FailNow(t, "Migrate did not wait for the lock", "err: %v", err)
+			default:
+			}
+			require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`,
+				conn.PgConn().PID()).Scan(&blocked))
+		}
 		select {
 		case err := <-done:
 			require.FailNow(t, "Migrate did not wait for the lock", "err: %v", err)
-		case <-time.After(300 * time.Millisecond):
+		default:
 		}
 
 		require.NoError(t, dbsqlc.New().MigrationUnlock(ctx, conn))
@@ -174,6 +186,60 @@ func TestStore_New(t *testing.T) {
 		require.Error(t, err)
 	})
 
+	t.Run("ConnectTimeout", func(t *testing.T) {
+		t.Parallel()
+
+		store, err := postgres.New(t.Context(), dbtest.DatabaseURL(t), nil)
+		require.NoError(t, err)
+		t.Cleanup(func() { store.Close() })
+		require.Equal(t, postgres.ConnectTimeoutDefault, store.Pool().Config().ConnConfig.ConnectTimeout)
+		require.Equal(t, postgres.ConnectTimeoutDefault, store.RateLimitPool().Config().ConnConfig.ConnectTimeout)
+
+		// The URL's own connect_timeout wins.
+		u, err := url.Parse(dbtest.DatabaseURL(t))
+		require.NoError(t, err)
+		query := u.Query()
+		query.Set("connect_timeout", "17")
+		u.RawQuery = query.Encode()
+		store, err = postgres.New(t.Context(), u.String(), &postgres.Config{ConnectTimeout: time.Second})
+		require.NoError(t, err)
+		t.Cleanup(func() { store.Close() })
+		require.Equal(t, 17*time.Second, store.Pool().Config().ConnConfig.ConnectTimeout)
+	})
+
+	t.Run("BlackholedConnectEnds", func(t *testing.T) {
+		t.Parallel()
+
+		// A server that accepts connections and never answers (packets dropped past the TCP
+		// handshake): only the connect timeout ends the attempt, whatever the caller's context.
+		listener, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		t.Cleanup(func() { listener.Close() })
+		go func() {
+			for {
+				conn, err := listener.Accept()
+				if err != nil {
+					return
+				}
+				t.Cleanup(func() { conn.Close() })
+			}
+		}()
+
+		store, err := postgres.New(t.Context(), "postgres://postgres@"+listener.Addr().String()+"/test?sslmode=disable",
+			&postgres.Config{ConnectTimeout: 100 * time.Millisecond})
+		require.NoError(t, err)
+		t.Cleanup(func() { store.Close() })
+
+		done := make(chan error, 1)
+		go func() { done <- store.Ping(context.Background()) }()
+		select {
+		case err := <-done:
+			require.ErrorIs(t, err, db.ErrUnavailable)
+		case <-time.After(30 * time.Second):
+			require.FailNow(t, "a connection that is never answered held Ping")
+		}
+	})
+
 	t.Run("Unreachable", func(t *testing.T) {
 		t.Parallel()
 
@@ -183,5 +249,58 @@ func TestStore_New(t *testing.T) {
 		t.Cleanup(func() { store.Close() })
 
 		require.Error(t, store.Ping(t.Context()))
+	})
+}
+
+func TestStore_InTx(t *testing.T) {
+	t.Parallel()
+
+	// The transaction's connection is terminated (a restart, pg_terminate_backend) after it wrote
+	// and before it committed: PostgreSQL rolled it back, so it runs again, once, on a fresh
+	// connection, and its write is there exactly once.
+	t.Run("LostBeforeCommitRunsAgain", func(t *testing.T) {
+		t.Parallel()
+
+		ctx := t.Context()
+		database := dbtest.NewPostgresDatabase(t)
+		store, err := postgres.New(ctx, database.URL, &postgres.Config{Logger: dbtest.Logger(t)})
+		require.NoError(t, err)
+		t.Cleanup(func() { store.Close() })
+
+		var calls int
+		err = store.InTx(ctx, func(ctx context.Context, tx db.Queries) error {
+			calls++
+			if _, err := tx.UserInsert(ctx, &db.UserInsertParams{Email: "lost@example.com", PasswordHash: "x", Now: time.Now()}); err != nil {
+				return err
+			}
+			if calls == 1 {
+				database.TerminateBackends(t)
+			}
+			_, err := tx.UserGetByEmail(ctx, "lost@example.com")
+			return err
+		})
+		require.NoError(t, err)
+		require.Equal(t, 2, calls)
+
+		user, err := store.UserGetByEmail(ctx, "lost@example.com")
+		require.NoError(t, err)
+		var count int
+		require.NoError(t, store.Pool().QueryRow(ctx, "SELECT count(*) FROM users WHERE id = $1", user.ID).Scan(&count))
+		require.Equal(t, 1, count)
+	})
+
+	// A transaction that failed for its own reasons is not run again.
+	t.Run("OwnErrorNotRetried", func(t *testing.T) {
+		t.Parallel()
+
+		store := dbtest.NewPostgres(t)
+		var calls int
+		err := store.InTx(t.Context(), func(ctx context.Context, tx db.Queries) error {
+			calls++
+			_, err := tx.UserGetByID(ctx, 424242)
+			return err
+		})
+		require.ErrorIs(t, err, db.ErrNotFound)
+		require.Equal(t, 1, calls)
 	})
 }

@@ -32,10 +32,26 @@ import (
 // gooseTableExistsSQL says whether goose's version table exists.
 const gooseTableExistsSQL = `SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?)`
 
+// BusyTimeoutDefault is Config.BusyTimeout's default: long enough to wait out another writer's
+// transaction (a `postguard migrate`, a backup), shorter than a request's deadline (10 s), so a
+// database held by another process is answered as busy (503) rather than as a request that ran
+// out of time.
+const BusyTimeoutDefault = 5 * time.Second
+
+// readinessRoomBytes is how much Ready asks the database to find room for, in a transaction it
+// rolls back: one page of SQLite's default size, more than fits inline in any page, so it needs
+// at least one free page (or room to grow the file by one).
+const readinessRoomBytes = 4096
+
 // Config configures a Store. The zero value (or nil) is fine.
 type Config struct {
 	// Logger receives migration logs. Defaults to slog.Default().
 	Logger *slog.Logger
+
+	// BusyTimeout is how long a statement waits for another connection's write lock before it
+	// fails with SQLITE_BUSY (db.ErrUnavailable). Defaults to BusyTimeoutDefault; at least a
+	// millisecond.
+	BusyTimeout time.Duration
 }
 
 // Store is the SQLite db.Store. It has one *sql.DB with one connection: SQLite takes one writer
@@ -74,9 +90,10 @@ func Open(ctx context.Context, path string, config *Config) (*Store, error) {
 	// _txlock=immediate takes the write lock at BEGIN: a transaction never has to upgrade a read
 	// lock, which is where SQLite answers SQLITE_BUSY without waiting, should another process
 	// (e.g. `postguard migrate`) hold the file.
+	busyTimeout := cmp.Or(config.BusyTimeout, BusyTimeoutDefault)
 	params := url.Values{
 		"_pragma": {
-			"busy_timeout(10000)",
+			fmt.Sprintf("busy_timeout(%d)", max(busyTimeout.Milliseconds(), 1)),
 			"foreign_keys(1)",
 			"journal_mode(WAL)",
 			"secure_delete(1)",
@@ -96,7 +113,7 @@ func Open(ctx context.Context, path string, config *Config) (*Store, error) {
 	// Open the file now, so that a bad path fails here rather than at first use.
 	if err := sqlDB.PingContext(ctx); err != nil {
 		sqlDB.Close()
-		return nil, fmt.Errorf("error opening SQLite database %q: %w", path, err)
+		return nil, fmt.Errorf("error opening SQLite database %q: %w", path, interpretError(err))
 	}
 
 	store := &Store{
@@ -118,7 +135,7 @@ func (s *Store) CheckSchema(ctx context.Context) error {
 
 	existing, err := migrator.ExistingVersions(ctx)
 	if err != nil {
-		return fmt.Errorf("error reading River's migrations: %w", err)
+		return fmt.Errorf("error reading River's migrations: %w", interpretError(err))
 	}
 
 	var behind []string
@@ -177,7 +194,7 @@ func (s *Store) EmailTokenDeleteExpired(ctx context.Context, before time.Time, l
 		Max:    int64(limit),
 	})
 	if err != nil {
-		return 0, fmt.Errorf("error deleting expired email tokens: %w", err)
+		return 0, fmt.Errorf("error deleting expired email tokens: %w", interpretError(err))
 	}
 	return deleted, nil
 }
@@ -191,7 +208,7 @@ func (s *Store) Engine() string { return "sqlite" }
 func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx db.Queries) error) error {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
-		return fmt.Errorf("error beginning transaction: %w", err)
+		return fmt.Errorf("error beginning transaction: %w", interpretError(err))
 	}
 	defer func() {
 		_ = tx.Rollback() // a no-op after Commit
@@ -202,7 +219,7 @@ func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx db.Que
 	}
 
 	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("error committing transaction: %w", err)
+		return fmt.Errorf("error committing transaction: %w", interpretError(err))
 	}
 	return nil
 }
@@ -220,7 +237,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 		return err
 	}
 	if _, err := migrator.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
-		return fmt.Errorf("error applying River's migrations: %w", err)
+		return fmt.Errorf("error applying River's migrations: %w", interpretError(err))
 	}
 
 	provider, err := s.gooseProvider()
@@ -228,7 +245,41 @@ func (s *Store) Migrate(ctx context.Context) error {
 		return err
 	}
 	if _, err := provider.Up(ctx); err != nil {
-		return fmt.Errorf("error applying the app's migrations: %w", err)
+		return fmt.Errorf("error applying the app's migrations: %w", interpretError(err))
+	}
+	return nil
+}
+
+// Now is the database's clock, the one SendPacerReserve schedules on (the process's own: SQLite
+// runs in it).
+func (s *Store) Now(ctx context.Context) (time.Time, error) {
+	nowUS, err := dbsqlc.New().SendPacerNow(ctx, s.db)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("error reading the database's clock: %w", interpretError(err))
+	}
+	return timeFromMicros(nowUS), nil
+}
+
+// Ready checks the database answers and takes a write, in two transactions. It commits the
+// heartbeat row: a database another process holds past the busy timeout, or whose writes fail
+// with an I/O error, fails here. Then it asks for readinessRoomBytes more in the same row and
+// rolls that back: that needs a free page or room to grow the file, so a full database fails
+// here even while the small heartbeat still fits in the pages it has. Each error wraps
+// db.ErrUnavailable.
+func (s *Store) Ready(ctx context.Context) error {
+	if err := dbsqlc.New().ReadinessHeartbeatUpsert(ctx, s.db, time.Now().UnixMicro()); err != nil {
+		return fmt.Errorf("error writing the readiness heartbeat: %w", interpretError(err))
+	}
+
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("error checking the database has room: %w", interpretError(err))
+	}
+	defer func() {
+		_ = tx.Rollback() // always: the room was only asked for
+	}()
+	if err := dbsqlc.New().ReadinessHeartbeatFillRoom(ctx, tx, readinessRoomBytes); err != nil {
+		return fmt.Errorf("error checking the database has room: %w", interpretError(err))
 	}
 	return nil
 }
@@ -236,7 +287,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 // Ping checks the database answers.
 func (s *Store) Ping(ctx context.Context) error {
 	if err := s.db.PingContext(ctx); err != nil {
-		return fmt.Errorf("error pinging database: %w", err)
+		return fmt.Errorf("error pinging database: %w", interpretError(err))
 	}
 	return nil
 }
@@ -254,7 +305,7 @@ func (s *Store) RateLimitCounterConsume(ctx context.Context, params *db.RateLimi
 		if errors.Is(err, sql.ErrNoRows) {
 			return params.Limit, false, nil
 		}
-		return 0, false, fmt.Errorf("error consuming rate limit counter: %w", err)
+		return 0, false, fmt.Errorf("error consuming rate limit counter: %w", interpretError(err))
 	}
 	return count, true, nil
 }
@@ -281,7 +332,7 @@ func (s *Store) RateLimitCounterDeleteExpired(ctx context.Context, before time.T
 		Max:    int64(limit),
 	})
 	if err != nil {
-		return 0, fmt.Errorf("error deleting expired rate limit counters: %w", err)
+		return 0, fmt.Errorf("error deleting expired rate limit counters: %w", interpretError(err))
 	}
 	return deleted, nil
 }
@@ -304,22 +355,21 @@ func (s *Store) RiverUIEndpoints() uiendpoints.Bundle {
 }
 
 // SendPacerReserve takes the next send slot of the named budget, one interval after the previous
-// slot and never before now.
-func (s *Store) SendPacerReserve(ctx context.Context, name string, interval time.Duration, now time.Time) (time.Time, error) {
+// slot and never before the database's now, and returns the slot and that now.
+func (s *Store) SendPacerReserve(ctx context.Context, name string, interval time.Duration) (time.Time, time.Time, error) {
 	if interval <= 0 {
-		return time.Time{}, fmt.Errorf("send pacer interval must be positive, got %s", interval)
+		return time.Time{}, time.Time{}, fmt.Errorf("send pacer interval must be positive, got %s", interval)
 	}
 
 	intervalUS := interval.Microseconds()
-	tatUS, err := dbsqlc.New().SendPacerReserve(ctx, s.db, dbsqlc.SendPacerReserveParams{
+	row, err := dbsqlc.New().SendPacerReserve(ctx, s.db, dbsqlc.SendPacerReserveParams{
 		IntervalUs: intervalUS,
 		Name:       name,
-		TatUs:      now.UnixMicro() + intervalUS,
 	})
 	if err != nil {
-		return time.Time{}, fmt.Errorf("error reserving send slot: %w", err)
+		return time.Time{}, time.Time{}, fmt.Errorf("error reserving send slot: %w", interpretError(err))
 	}
-	return timeFromMicros(tatUS - intervalUS), nil
+	return timeFromMicros(row.TatUs - intervalUS), timeFromMicros(row.Column2), nil
 }
 
 // gooseBehind says how far behind the app's migrations are, or "" when all are applied. Unlike
@@ -334,7 +384,7 @@ func (s *Store) gooseBehind(ctx context.Context) (string, error) {
 	// sqlite_master, hence the one hand-written query of this package.
 	var exists bool
 	if err := s.db.QueryRowContext(ctx, gooseTableExistsSQL, goose.DefaultTablename).Scan(&exists); err != nil {
-		return "", fmt.Errorf("error checking goose's version table: %w", err)
+		return "", fmt.Errorf("error checking goose's version table: %w", interpretError(err))
 	}
 	if !exists {
 		return "the app's migrations are not applied", nil
@@ -342,7 +392,7 @@ func (s *Store) gooseBehind(ctx context.Context) (string, error) {
 
 	pending, err := provider.HasPending(ctx)
 	if err != nil {
-		return "", fmt.Errorf("error checking the app's migrations: %w", err)
+		return "", fmt.Errorf("error checking the app's migrations: %w", interpretError(err))
 	}
 	if !pending {
 		return "", nil
@@ -350,7 +400,7 @@ func (s *Store) gooseBehind(ctx context.Context) (string, error) {
 
 	current, target, err := provider.GetVersions(ctx)
 	if err != nil {
-		return "", fmt.Errorf("error reading the app's migration version: %w", err)
+		return "", fmt.Errorf("error reading the app's migration version: %w", interpretError(err))
 	}
 	return fmt.Sprintf("the app's schema is at version %d of %d", current, target), nil
 }
@@ -415,7 +465,7 @@ func (e *executor) EmailTokenInsert(ctx context.Context, params *db.EmailTokenIn
 		UserID:    params.UserID,
 	})
 	if err != nil {
-		return fmt.Errorf("error inserting email token: %w", err)
+		return fmt.Errorf("error inserting email token: %w", interpretError(err))
 	}
 	return nil
 }
@@ -442,7 +492,7 @@ func (e *executor) EmailTokenInvalidateUser(ctx context.Context, userID int64, p
 		UserID:  userID,
 	})
 	if err != nil {
-		return fmt.Errorf("error invalidating email tokens: %w", err)
+		return fmt.Errorf("error invalidating email tokens: %w", interpretError(err))
 	}
 	return nil
 }
@@ -464,7 +514,7 @@ func (e *executor) JobInsert(ctx context.Context, args river.JobArgs, opts *rive
 		res, err = client.Insert(ctx, args, opts)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("error inserting %s job: %w", args.Kind(), err)
+		return nil, fmt.Errorf("error inserting %s job: %w", args.Kind(), interpretError(err))
 	}
 	return res, nil
 }
@@ -500,7 +550,7 @@ func (e *executor) UserInsert(ctx context.Context, params *db.UserInsertParams) 
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil, db.ErrEmailTaken
 		}
-		return nil, fmt.Errorf("error inserting user: %w", err)
+		return nil, fmt.Errorf("error inserting user: %w", interpretError(err))
 	}
 	return userFromRow(user), nil
 }
@@ -533,14 +583,6 @@ func (e *executor) UserUnsubscribe(ctx context.Context, id int64, now time.Time)
 	return requireUpdated("unsubscribing user", updated, err)
 }
 
-// interpretError turns sql.ErrNoRows into db.ErrNotFound, once, at the store's boundary.
-func interpretError(err error) error {
-	if errors.Is(err, sql.ErrNoRows) {
-		return db.ErrNotFound
-	}
-	return err
-}
-
 // missingVersions lists the versions of all that are not in existing.
 func missingVersions(all, existing []rivermigrate.Migration) []int {
 	var missing []int
@@ -555,7 +597,7 @@ func missingVersions(all, existing []rivermigrate.Migration) []int {
 // requireUpdated wraps an update's error, and reports db.ErrNotFound when it touched no row.
 func requireUpdated(doing string, updated int64, err error) error {
 	if err != nil {
-		return fmt.Errorf("error %s: %w", doing, err)
+		return fmt.Errorf("error %s: %w", doing, interpretError(err))
 	}
 	if updated == 0 {
 		return fmt.Errorf("error %s: %w", doing, db.ErrNotFound)

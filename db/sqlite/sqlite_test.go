@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -226,7 +227,7 @@ func TestStore_Open(t *testing.T) {
 		require.Equal(t, 1, store.DB().Stats().MaxOpenConnections)
 
 		for pragma, want := range map[string]string{
-			"busy_timeout": "10000",
+			"busy_timeout": strconv.FormatInt(sqlite.BusyTimeoutDefault.Milliseconds(), 10),
 			"foreign_keys": "1",
 			"journal_mode": "wal",
 			"synchronous":  "1", // NORMAL
