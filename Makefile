@@ -3,9 +3,11 @@ SHELL := /bin/bash
 # test (PostgreSQL ones skip with a reason when it is unreachable, and fail under CI=true).
 
 FUZZTIME ?= 10s
+SOAK_DURATION ?= 3m
+SOAK_FLAGS ?=
 GO ?= go
 
-.PHONY: run test generate lint bench fuzz load
+.PHONY: run test generate lint bench fuzz load soak
 
 run:
 	$(GO) run ./cmd/postguard serve
@@ -24,6 +26,11 @@ lint:
 
 load:
 	$(GO) run ./cmd/postguard-load
+
+# The built binary as separate api and worker processes, under load and faults, then checked.
+soak:
+	$(GO) build -o bin/postguard ./cmd/postguard
+	$(GO) run ./cmd/postguard-soak -postguard bin/postguard -duration $(SOAK_DURATION) $(SOAK_FLAGS)
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...

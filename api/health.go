@@ -34,13 +34,16 @@ func (s *server) healthz(c *gin.Context) {
 	c.Data(http.StatusOK, mediaJSON, []byte(`{"status":"ok"}`))
 }
 
-// readyz is readiness: 200 while the database answers a ping within readyTimeout, else 503.
+// readyz is readiness: 200 while the database takes a small write (its heartbeat) within
+// readyTimeout, else 503. A ping would pass on a database that answers but cannot be written (a
+// read-only PostgreSQL after a failover, a full or failing SQLite file), where every request
+// that writes would fail.
 func (s *server) readyz(c *gin.Context) error {
 	c.Header("Cache-Control", "no-store")
 	ctx, cancel := context.WithTimeout(c.Request.Context(), readyTimeout)
 	defer cancel()
-	if err := s.store.Ping(ctx); err != nil {
-		return newError(http.StatusServiceUnavailable, "The database is unreachable.").withCause(err)
+	if err := s.store.Ready(ctx); err != nil {
+		return newError(http.StatusServiceUnavailable, "The database is unreachable or cannot be written.").withCause(err)
 	}
 	c.Data(http.StatusOK, mediaJSON, []byte(`{"status":"ready"}`))
 	return nil

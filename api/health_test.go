@@ -50,7 +50,7 @@ func TestServer_Health(t *testing.T) {
 
 				rec := serve(t, router, httptest.NewRequest(http.MethodGet, "/readyz", nil))
 				problem := decodeProblem(t, rec, http.StatusServiceUnavailable)
-				require.Equal(t, "The database is unreachable.", problem["detail"])
+				require.Equal(t, "The database is unreachable or cannot be written.", problem["detail"])
 
 				rec = serve(t, router, httptest.NewRequest(http.MethodGet, "/healthz", nil))
 				require.Equal(t, http.StatusOK, rec.Code)
@@ -59,7 +59,7 @@ func TestServer_Health(t *testing.T) {
 	})
 }
 
-// closedStore opens a store of engine and closes it, so its Ping fails.
+// closedStore opens a store of engine and closes it, so its Ready fails.
 func closedStore(t *testing.T, engine string) db.Store {
 	t.Helper()
 	var store db.Store
@@ -68,7 +68,7 @@ func closedStore(t *testing.T, engine string) db.Store {
 	} else {
 		store = dbtest.NewSQLite(t)
 	}
-	require.NoError(t, store.Ping(t.Context()))
+	require.NoError(t, store.Ready(t.Context()))
 	require.NoError(t, store.Close())
 	return store
 }

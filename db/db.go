@@ -32,9 +32,10 @@ var (
 	ErrExists = errors.New("already exists")
 
 	// ErrUnavailable wraps errors that mean the database cannot be reached or cannot serve right
-	// now (a refused or dropped connection, a timeout, a server shutting down or out of
-	// connections): a state that passes, answered 503, not a bug. Each engine decides, at its
-	// boundary, which of its driver's errors these are.
+	// now (a refused or dropped connection, a timeout, a server shutting down, out of connections
+	// or read-only; SQLite busy, full or failing its I/O): a state that passes, answered 503, not
+	// a bug. Each engine decides, at its boundary, which of its driver's errors these are, and
+	// every store method's errors go through that decision.
 	ErrUnavailable = errors.New("database unavailable")
 
 	// ErrSchemaBehind is returned by Store.CheckSchema when River's or the app's migrations have

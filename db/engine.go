@@ -49,8 +49,14 @@ type Engine[TTx any] interface {
 	// once, and returns its release.
 	LockMigrations(ctx context.Context) (release func(), err error)
 
-	// Ping checks the database answers and can be written to.
-	Ping(ctx context.Context) error
+	// MayRetry says a call that failed with err may run again, once, on another connection:
+	// because it sent nothing, or because lossIsSafe (a read, an idempotent write, a transaction
+	// not yet committing) and its session was lost. It is false whenever ctx is done. An engine
+	// that never loses a session (SQLite) says false.
+	MayRetry(ctx context.Context, err error, lossIsSafe bool) bool
+
+	// Ready checks the database answers and takes a write (readiness).
+	Ready(ctx context.Context) error
 
 	// Close closes the engine's connections.
 	Close() error

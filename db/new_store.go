@@ -79,11 +79,25 @@ type store[TTx any] struct {
 // Engine implements Store.
 func (s *store[TTx]) Engine() string { return s.engine.Name() }
 
-// InTx implements Store.
+// InTx implements Store. A transaction whose connection was lost before its COMMIT was sent
+// runs again, once, on another connection (Engine.MayRetry): the server rolled it back when its
+// session ended. One whose COMMIT was sent and not answered is never run again: it may have
+// committed.
 func (s *store[TTx]) InTx(ctx context.Context, fn func(ctx context.Context, tx Tx) error) error {
+	committing, err := s.tryTx(ctx, fn)
+	if err != nil && !committing && s.engine.MayRetry(ctx, err, true) {
+		s.logger.InfoContext(ctx, "transaction lost its connection before COMMIT; running it again", slog.String("error", err.Error()))
+		_, err = s.tryTx(ctx, fn)
+	}
+	return err
+}
+
+// tryTx runs fn in one transaction. committing says COMMIT was sent: a failure then may have
+// committed.
+func (s *store[TTx]) tryTx(ctx context.Context, fn func(ctx context.Context, tx Tx) error) (committing bool, err error) {
 	tx, err := s.engine.Begin(ctx)
 	if err != nil {
-		return fmt.Errorf("error beginning transaction: %w", err)
+		return false, fmt.Errorf("error beginning transaction: %w", err)
 	}
 	defer func() {
 		// A no-op after Commit; on a panic or an error, the rollback. Its own failure leaves
@@ -92,17 +106,22 @@ func (s *store[TTx]) InTx(ctx context.Context, fn func(ctx context.Context, tx T
 	}()
 
 	if err := fn(ctx, &storeTx[TTx]{Queries: s.engine.QueriesTx(tx), store: s, tx: tx}); err != nil {
-		return err
+		return false, err
 	}
 	if err := s.engine.Commit(ctx, tx); err != nil {
-		return fmt.Errorf("error committing transaction: %w", err)
+		// A COMMIT that failed before it was sent is safe to run again with its transaction.
+		return !s.engine.MayRetry(ctx, err, false), fmt.Errorf("error committing transaction: %w", err)
 	}
-	return nil
+	return true, nil
 }
 
-// JobInsert implements Store.
+// JobInsert implements Store. It runs again only when the first try sent nothing: an insert
+// whose answer was lost may have committed.
 func (s *store[TTx]) JobInsert(ctx context.Context, args river.JobArgs, opts *river.InsertOpts) (*rivertype.JobInsertResult, error) {
 	res, err := s.client.Insert(ctx, args, opts)
+	if err != nil && s.engine.MayRetry(ctx, err, false) {
+		res, err = s.client.Insert(ctx, args, opts)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("error inserting %s job: %w", args.Kind(), s.engine.InterpretError(err))
 	}
@@ -173,8 +192,8 @@ func (s *store[TTx]) CheckSchema(ctx context.Context) error {
 	return nil
 }
 
-// Ping implements Store.
-func (s *store[TTx]) Ping(ctx context.Context) error { return s.engine.Ping(ctx) }
+// Ready implements Store.
+func (s *store[TTx]) Ready(ctx context.Context) error { return s.engine.Ready(ctx) }
 
 // Close implements Store.
 func (s *store[TTx]) Close() error { return s.engine.Close() }

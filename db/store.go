@@ -62,8 +62,12 @@ type Queries interface {
 	RateLimitCounterDeleteExpired(ctx context.Context, before time.Time, max int) (int64, error)
 
 	// SendPacerReserve takes the next send slot of the named budget, one interval after the
-	// previous slot and never before now, and returns it.
-	SendPacerReserve(ctx context.Context, name string, interval time.Duration, now time.Time) (time.Time, error)
+	// previous slot and never before the database's now, and returns it with that now. The
+	// schedule runs on the database's clock, the one clock every process shares, so no process's
+	// own clock can move it.
+	SendPacerReserve(ctx context.Context, name string, interval time.Duration) (slot, now time.Time, err error)
+	// Now is the database's clock, the one SendPacerReserve schedules on.
+	Now(ctx context.Context) (time.Time, error)
 }
 
 // Counters are the rate limiter's statements: each runs alone, outside any other transaction
@@ -112,8 +116,9 @@ type Store interface {
 	Engine() string
 
 	// InTx runs fn in one transaction: committed when fn returns nil, rolled back otherwise (or
-	// when fn panics). fn must use only the Tx it is given: on SQLite, the one connection is the
-	// transaction's.
+	// when fn panics). fn must use only the Tx it is given (on SQLite, the one connection is the
+	// transaction's), and have no effect outside the transaction: one whose connection was lost
+	// before it committed runs again (see Engine.MayRetry).
 	InTx(ctx context.Context, fn func(ctx context.Context, tx Tx) error) error
 
 	// JobInsert inserts a River job on its own, committed at once.
@@ -133,8 +138,9 @@ type Store interface {
 	// migration is missing. It only reads.
 	CheckSchema(ctx context.Context) error
 
-	// Ping checks the database answers and can be written to (readiness).
-	Ping(ctx context.Context) error
+	// Ready checks the database answers and takes a write (a one-row heartbeat): an error
+	// wrapping ErrUnavailable while it is unreachable, read-only, busy, full or failing its I/O.
+	Ready(ctx context.Context) error
 
 	// Close releases the store's connections. It does not stop River: stop it first.
 	Close() error

@@ -725,7 +725,7 @@ func TestStore_Migrate(t *testing.T) {
 			store := newStore(t)
 
 			require.NoError(t, store.CheckSchema(ctx))
-			require.NoError(t, store.Ping(ctx))
+			require.NoError(t, store.Ready(ctx))
 
 			// Idempotent.
 			require.NoError(t, store.Migrate(ctx))
@@ -932,15 +932,39 @@ func TestStore_SendPacerReserve(t *testing.T) {
 	t.Parallel()
 
 	dbtest.Engines(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
-		const interval = 500 * time.Millisecond
+		// Far longer than any test runs, so that the database's clock never catches up with the
+		// schedule and every slot is exactly one interval after the previous one.
+		const interval = time.Hour
 
 		t.Run("InvalidInterval", func(t *testing.T) {
 			t.Parallel()
 
 			store := newStore(t)
 
-			_, err := store.SendPacerReserve(t.Context(), "resend", 0, now)
+			_, _, err := store.SendPacerReserve(t.Context(), "resend", 0)
 			require.Error(t, err)
+		})
+
+		t.Run("OnTheDatabasesClock", func(t *testing.T) {
+			t.Parallel()
+
+			ctx := t.Context()
+			store := newStore(t)
+
+			// The database runs on this machine's clock: its now falls between two readings of
+			// it (at the engines' precision).
+			before := time.Now().Truncate(time.Millisecond)
+			slot, dbNow, err := store.SendPacerReserve(ctx, "resend", interval)
+			after := time.Now()
+			require.NoError(t, err)
+			require.True(t, !dbNow.Before(before) && !dbNow.After(after), "database's now %s not within [%s, %s]", dbNow, before, after)
+			requireTimeEqual(t, dbNow, &slot) // the first slot is now
+
+			before = time.Now().Truncate(time.Millisecond)
+			clock, err := store.Now(ctx)
+			after = time.Now()
+			require.NoError(t, err)
+			require.True(t, !clock.Before(before) && !clock.After(after), "database's now %s not within [%s, %s]", clock, before, after)
 		})
 
 		t.Run("NamesIndependent", func(t *testing.T) {
@@ -949,12 +973,12 @@ func TestStore_SendPacerReserve(t *testing.T) {
 			ctx := t.Context()
 			store := newStore(t)
 
-			_, err := store.SendPacerReserve(ctx, "a", interval, now)
+			_, _, err := store.SendPacerReserve(ctx, "a", interval)
 			require.NoError(t, err)
 
-			slot, err := store.SendPacerReserve(ctx, "b", interval, now)
+			slot, dbNow, err := store.SendPacerReserve(ctx, "b", interval)
 			require.NoError(t, err)
-			requireTimeEqual(t, now, &slot)
+			requireTimeEqual(t, dbNow, &slot)
 		})
 
 		t.Run("NeverBeforeNow", func(t *testing.T) {
@@ -963,18 +987,22 @@ func TestStore_SendPacerReserve(t *testing.T) {
 			ctx := t.Context()
 			store := newStore(t)
 
-			_, err := store.SendPacerReserve(ctx, "resend", interval, now)
+			// With a tiny interval the database's clock overtakes the schedule between two calls,
+			// or it does not: either way the slot is the later of the two, never a burst of
+			// missed slots after an idle spell.
+			const tiny = time.Millisecond
+			previous, _, err := store.SendPacerReserve(ctx, "resend", tiny)
 			require.NoError(t, err)
-
-			// After an idle spell, the next slot is now, not a burst of missed slots.
-			later := now.Add(time.Minute)
-			slot, err := store.SendPacerReserve(ctx, "resend", interval, later)
-			require.NoError(t, err)
-			requireTimeEqual(t, later, &slot)
-
-			slot, err = store.SendPacerReserve(ctx, "resend", interval, later)
-			require.NoError(t, err)
-			requireTimeEqual(t, later.Add(interval), &slot)
+			for range 20 {
+				slot, dbNow, err := store.SendPacerReserve(ctx, "resend", tiny)
+				require.NoError(t, err)
+				want := previous.Add(tiny)
+				if dbNow.After(want) {
+					want = dbNow
+				}
+				requireTimeEqual(t, want, &slot)
+				previous = slot
+			}
 		})
 
 		t.Run("Spacing", func(t *testing.T) {
@@ -983,10 +1011,13 @@ func TestStore_SendPacerReserve(t *testing.T) {
 			ctx := t.Context()
 			store := newStore(t)
 
-			for i := range 4 {
-				slot, err := store.SendPacerReserve(ctx, "resend", interval, now)
+			first, _, err := store.SendPacerReserve(ctx, "resend", interval)
+			require.NoError(t, err)
+			for i := 1; i < 4; i++ {
+				slot, dbNow, err := store.SendPacerReserve(ctx, "resend", interval)
 				require.NoError(t, err)
-				requireTimeEqual(t, now.Add(time.Duration(i)*interval), &slot)
+				requireTimeEqual(t, first.Add(time.Duration(i)*interval), &slot)
+				require.True(t, dbNow.Before(slot), "now %s, slot %s", dbNow, slot)
 			}
 		})
 
@@ -1004,18 +1035,24 @@ func TestStore_SendPacerReserve(t *testing.T) {
 			)
 			for i := range workers {
 				wg.Go(func() {
-					slots[i], errs[i] = store.SendPacerReserve(ctx, "resend", interval, now)
+					slots[i], _, errs[i] = store.SendPacerReserve(ctx, "resend", interval)
 				})
 			}
 			wg.Wait()
 
-			seen := make(map[time.Duration]bool)
+			first := slots[0]
 			for i := range workers {
 				require.NoError(t, errs[i])
-				seen[slots[i].Sub(now)] = true
+				if slots[i].Before(first) {
+					first = slots[i]
+				}
+			}
+			seen := make(map[time.Duration]bool)
+			for i := range workers {
+				seen[slots[i].Sub(first)] = true
 			}
 			for i := range workers {
-				require.True(t, seen[time.Duration(i)*interval], "no slot at now+%s", time.Duration(i)*interval)
+				require.True(t, seen[time.Duration(i)*interval], "no slot at first+%s", time.Duration(i)*interval)
 			}
 		})
 	})

@@ -44,6 +44,8 @@ type clientOpts struct {
 	configure func(config *Config)
 	// fake configures the resendfake.
 	fake *resendfake.Config
+	// configureRiver adjusts the River config the jobs Config made.
+	configureRiver func(riverConfig *river.Config)
 	// keepPeriodicJobs keeps the periodic prune (run on start), which newClientBundle otherwise
 	// removes so that tests see only their own jobs.
 	keepPeriodicJobs bool
@@ -85,10 +87,16 @@ func newClientBundle(t *testing.T, newStore dbtest.NewStoreFunc, opts *clientOpt
 			Sender:     sender,
 			Store:      store,
 		}, config)
-		if err == nil && !opts.keepPeriodicJobs {
+		if err != nil {
+			return nil, err
+		}
+		if !opts.keepPeriodicJobs {
 			riverConfig.PeriodicJobs = nil
 		}
-		return riverConfig, err
+		if opts.configureRiver != nil {
+			opts.configureRiver(riverConfig)
+		}
+		return riverConfig, nil
 	}))
 
 	return &clientBundle{config: config, fake: fake, logs: logs, registry: registry, store: store}

@@ -129,6 +129,18 @@ type attempt struct {
 	job    *rivertype.JobRow
 	logger *slog.Logger
 	meta   jobMetadata
+	// keyExpires is when the provider forgets the job's idempotency key (its creation, on the
+	// workers' clock, plus IdempotencyKeyLifetime); zero until prepare has read or made it.
+	keyExpires time.Time
+}
+
+// keyDeadline is the time no wait of the attempt may pass: its key's end, or before prepare, the
+// job's creation plus the key's life (no key of the job can be older).
+func (a *attempt) keyDeadline() time.Time {
+	if a.keyExpires.IsZero() {
+		return a.job.CreatedAt.Add(IdempotencyKeyLifetime)
+	}
+	return a.keyExpires
 }
 
 // work is one attempt of an email job: it delivers the job's mail, maps what happened to River's
@@ -137,7 +149,7 @@ func (m *mailer) work(ctx context.Context, job *rivertype.JobRow, userID int64, 
 	a := &attempt{ctx: ctx, job: job, logger: m.jobLogger(ctx, job, userID), meta: parseJobMetadata(job.Metadata)}
 
 	err := m.deliver(a, userID, spec)
-	label, result := outcome(job, a.meta, m.nowFunc(), err)
+	label, result := outcome(job, a.meta, a.keyDeadline(), m.nowFunc(), err)
 	m.metrics.delivery(job.Kind, label)
 	switch {
 	case err == nil:
@@ -243,7 +255,9 @@ func (m *mailer) prepare(a *attempt, userID int64, spec *emailSpec) (*delivery, 
 	case now.Sub(message.KeyCreatedAt) >= IdempotencyKeyLifetime:
 		a.logger.WarnContext(a.ctx, "the idempotency key outlived the provider's memory of it; starting over with a new key")
 		return m.start(a, userID, spec, now, true)
-	case spec.purpose == "":
+	}
+	a.keyExpires = message.KeyCreatedAt.Add(IdempotencyKeyLifetime)
+	if spec.purpose == "" {
 		return &delivery{key: message.IdempotencyKey}, nil
 	}
 
@@ -303,6 +317,7 @@ func (m *mailer) start(a *attempt, userID int64, spec *emailSpec, now time.Time,
 	if err != nil {
 		return nil, fmt.Errorf("error preparing the job's email: %w", err)
 	}
+	a.keyExpires = now.Add(IdempotencyKeyLifetime)
 	return dl, nil
 }
 
@@ -333,13 +348,18 @@ func (m *mailer) markAccepted(a *attempt, providerID string, purpose db.TokenPur
 // at once: every send still has a slot of its own, so the rate holds over time, though two sends
 // may then come closer than the interval (a 429, if the provider minds, is snoozed). A pacer
 // snooze spends no attempt and does not count against MaxSnoozes.
+//
+// Slots and waits are on the database's clock (see pacer). A slot past the job's idempotency key
+// (a.keyDeadline) is not waited for: the attempt fails like any error, as a provider snooze past
+// it does, and the job is retried on RetryPolicy's schedule (with a new key, see prepare) rather
+// than sent with a key the provider may have forgotten.
 func (m *mailer) pace(a *attempt) error {
 	if m.pacer == nil {
 		return nil
 	}
-	now := m.nowFunc()
 
-	var slot time.Time
+	var slot, now time.Time
+	var err error
 	if a.meta.PacerSlotUS != nil {
 		// A slot reserved before a pacer snooze. Clear it whatever this attempt's outcome: it is
 		// spent now.
@@ -347,14 +367,18 @@ func (m *mailer) pace(a *attempt) error {
 		if err := river.MetadataSet(a.ctx, metadataPacerSlot, nil); err != nil {
 			return fmt.Errorf("error clearing send slot: %w", err)
 		}
-	} else {
-		var err error
-		if slot, err = m.pacer.reserve(a.ctx, now); err != nil {
+		if now, err = m.pacer.now(a.ctx); err != nil {
 			return err
 		}
+	} else if slot, now, err = m.pacer.reserve(a.ctx); err != nil {
+		return err
 	}
 
 	wait := slot.Sub(now)
+	// The key's deadline is on the workers' clock, the wait on the database's: compare the wait.
+	if m.nowFunc().Add(wait).After(a.keyDeadline()) {
+		return fmt.Errorf("error waiting for send slot: not waiting %s: it would outlive the idempotency key", wait.Round(time.Millisecond))
+	}
 	if wait > m.jobTimeout/2 {
 		if err := errors.Join(
 			river.MetadataSet(a.ctx, metadataPacerSlot, slot.UnixMicro()),

@@ -513,6 +513,24 @@ func TestEmailWorkers_Delivery(t *testing.T) {
 			})
 		}
 
+		// A job that started over past its first key's life is paced like any other: its new
+		// key's life, not the job's age, bounds how long it may wait for its slot.
+		t.Run("StartsOverPastKeyLifetimePaced", func(t *testing.T) {
+			t.Parallel()
+
+			bundle := setup(t, newStore, &setupOpts{configure: func(config *Config) { config.MaxRPS = 1 }})
+			bundle.fake.Enqueue(resendfake.Response{Status: http.StatusInternalServerError})
+			user := createUser(t, bundle.store)
+			failed, err := bundle.work(t, VerificationEmailArgs{UserID: user.ID}, nil)
+			require.Error(t, err)
+
+			bundle.clock.advance(IdempotencyKeyLifetime + time.Minute)
+			completed, err := bundle.workAgain(t, failed.Job)
+			require.NoError(t, err)
+			require.Equal(t, river.EventKindJobCompleted, completed.EventKind)
+			require.Len(t, bundle.fake.Deliveries(), 1)
+		})
+
 		// A job whose mail the provider accepted in an earlier attempt (its process died before
 		// River recorded the completion, and it was rescued) completes without sending.
 		t.Run("AcceptedEarlierCompletesWithoutSending", func(t *testing.T) {

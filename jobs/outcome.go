@@ -50,8 +50,9 @@ func (s *snoozed) Error() string { return fmt.Sprintf("%s; waiting %s", s.reason
 //   - anything else (5xx, timeouts, network errors, the database): its error, retried on the
 //     RetryPolicy's schedule, or discarded on the last attempt.
 //
-// now is the attempt's clock; meta the job's metadata as it started.
-func outcome(job *rivertype.JobRow, meta jobMetadata, now time.Time, err error) (label string, result error) {
+// now is the attempt's clock; meta the job's metadata as it started; keyDeadline when the
+// provider forgets the job's idempotency key.
+func outcome(job *rivertype.JobRow, meta jobMetadata, keyDeadline, now time.Time, err error) (label string, result error) {
 	var skip *skipped
 	var snooze *snoozed
 	switch {
@@ -76,7 +77,7 @@ func outcome(job *rivertype.JobRow, meta jobMetadata, now time.Time, err error) 
 	if providerSnoozes := meta.Snoozes - meta.PacerSnoozes; !snooze.pacer && providerSnoozes >= MaxSnoozes {
 		return failedOutcome(job), fmt.Errorf("%w; not snoozing again: snoozed %d times already", err, providerSnoozes)
 	}
-	if deadline := job.CreatedAt.Add(IdempotencyKeyLifetime); now.Add(snooze.wait).After(deadline) {
+	if now.Add(snooze.wait).After(keyDeadline) {
 		return failedOutcome(job), fmt.Errorf("%w; not snoozing %s: it would outlive the idempotency key", err, snooze.wait)
 	}
 	return OutcomeSnoozed, river.JobSnooze(snooze.wait)

@@ -65,7 +65,8 @@ func TestOutcome(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 
-			label, result := outcome(tt.job, tt.meta, tt.now, tt.err)
+			// The job's key was made when the job was.
+			label, result := outcome(tt.job, tt.meta, created.Add(IdempotencyKeyLifetime), tt.now, tt.err)
 			require.Equal(t, tt.want.label, label)
 
 			var snooze *river.JobSnoozeError
@@ -88,4 +89,18 @@ func TestOutcome(t *testing.T) {
 			}
 		})
 	}
+
+	// A job older than a key's life got a new key when it started over: the new key's life, not
+	// the job's age, bounds its snoozes.
+	t.Run("RekeyedJobSnoozes", func(t *testing.T) {
+		t.Parallel()
+
+		now := created.Add(30 * time.Hour)
+		keyDeadline := now.Add(-time.Hour).Add(IdempotencyKeyLifetime)
+		label, result := outcome(job(3), jobMetadata{}, keyDeadline, now, &snoozed{wait: time.Minute, pacer: true})
+		require.Equal(t, OutcomeSnoozed, label)
+		var snooze *river.JobSnoozeError
+		require.ErrorAs(t, result, &snooze)
+		require.Equal(t, time.Minute, snooze.Duration)
+	})
 }

@@ -9,19 +9,23 @@ import (
 // pacerName names the shared send budget in the send_pacer table: one for all of Resend.
 const pacerName = "resend"
 
-// pacerMargin widens the interval between sends a little, so that clock skew between worker
-// processes and the provider's own window edges never push a send over the provider's rate.
+// pacerMargin widens the interval between sends a little, so that the time between a slot and
+// its POST reaching the provider (which varies) and the provider's own window edges never push a
+// send over the provider's rate.
 const pacerMargin = 1.05
 
 // pacerReserver is the part of db.Store the pacer uses.
 type pacerReserver interface {
-	SendPacerReserve(ctx context.Context, name string, interval time.Duration, now time.Time) (time.Time, error)
+	SendPacerReserve(ctx context.Context, name string, interval time.Duration) (slot, now time.Time, err error)
+	Now(ctx context.Context) (time.Time, error)
 }
 
 // pacer spaces sends evenly under a rate shared by every worker process: each send reserves the
 // next slot of a schedule kept in the database (GCRA's theoretical arrival time), one interval
-// after the previous slot and never before now, then waits for it. Sends are therefore paced,
-// not bursted at window edges, and a backlog drains at the rate without 429s.
+// after the previous slot and never before the database's now, then waits for it. Sends are
+// therefore paced, not bursted at window edges, and a backlog drains at the rate without 429s.
+// The schedule and every wait are on the database's clock: a worker whose own clock is off
+// (an hour ahead, say) neither pushes the shared schedule nor waits by its own clock.
 type pacer struct {
 	interval time.Duration
 	store    pacerReserver
@@ -43,13 +47,22 @@ func pacerInterval(maxRPS float64) time.Duration {
 	return time.Duration(float64(time.Second) / maxRPS * pacerMargin)
 }
 
-// reserve takes the next send slot.
-func (p *pacer) reserve(ctx context.Context, now time.Time) (time.Time, error) {
-	slot, err := p.store.SendPacerReserve(ctx, pacerName, p.interval, now)
+// reserve takes the next send slot, and returns it with the database's now.
+func (p *pacer) reserve(ctx context.Context) (slot, now time.Time, err error) {
+	slot, now, err = p.store.SendPacerReserve(ctx, pacerName, p.interval)
 	if err != nil {
-		return time.Time{}, fmt.Errorf("error reserving a send slot: %w", err)
+		return time.Time{}, time.Time{}, fmt.Errorf("error reserving a send slot: %w", err)
 	}
-	return slot, nil
+	return slot, now, nil
+}
+
+// now reads the database's clock, for a job that comes back to a slot it reserved before.
+func (p *pacer) now(ctx context.Context) (time.Time, error) {
+	now, err := p.store.Now(ctx)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("error reading the send pacer's clock: %w", err)
+	}
+	return now, nil
 }
 
 // sleepContext waits d, or until ctx is done (then it returns ctx's error).

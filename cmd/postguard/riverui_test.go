@@ -212,22 +212,28 @@ func TestServe_RiverUI(t *testing.T) {
 		})
 
 		t.Run("APIListsInsertedJobs", func(t *testing.T) {
-			jobs := opsRiverUIJobs(t, server.URL, "available")
-			kinds := make([]string, 0, len(jobs))
-			for _, job := range jobs {
-				kinds = append(kinds, job.Kind)
+			// prune, run on start on the maintenance queue, may be available for a moment too.
+			var kinds []string
+			for _, job := range opsRiverUIJobs(t, server.URL, "available") {
 				require.Equal(t, "available", job.State)
-				require.Equal(t, "email", job.Queue)
+				if job.Queue == "email" {
+					kinds = append(kinds, job.Kind)
+				}
 			}
 			require.ElementsMatch(t, []string{"welcome_email", "verification_email"}, kinds)
 
 			states := opsGetJSON(t, server.URL+"/riverui/api/states")
-			require.EqualValues(t, 2, states["available"].(map[string]any)["count"], "state counts: %v", states)
+			count, ok := states["available"].(map[string]any)["count"].(float64)
+			require.True(t, ok, "state counts: %v", states)
+			require.GreaterOrEqual(t, count, float64(2), "state counts: %v", states)
 		})
 
 		t.Run("JobsHoldNoSecrets", func(t *testing.T) {
 			// Raw emails and tokens never appear in job args, metadata or River UI.
 			for _, job := range opsRiverUIJobs(t, server.URL, "available") {
+				if job.Queue != "email" {
+					continue // prune, for a moment after the start
+				}
 				opsRequireArgsOnlyUserID(t, job, registered.ID)
 				raw := opsRiverUIJobRaw(t, server.URL, job.ID)
 				require.NotContains(t, raw, email)
@@ -311,8 +317,18 @@ func TestServe_RiverUI(t *testing.T) {
 		}
 		require.NoError(t, json.Unmarshal([]byte(body), &registered))
 
-		require.Eventually(t, func() bool { return len(opsRiverUIJobs(t, server.URL, "completed")) == 2 },
-			20*time.Second, 50*time.Millisecond, "jobs not completed; logs:\n%s", server.Logs.String())
+		// The two mails' jobs: prune, run on start, completes too, before or after them.
+		completedMail := func() []opsRiverUIJob {
+			var mail []opsRiverUIJob
+			for _, job := range opsRiverUIJobs(t, server.URL, "completed") {
+				if job.Queue == "email" {
+					mail = append(mail, job)
+				}
+			}
+			return mail
+		}
+		require.Eventually(t, func() bool { return len(completedMail()) == 2 },
+			20*time.Second, 50*time.Millisecond, "mail jobs not completed")
 
 		deliveries := fake.Deliveries()
 		require.Len(t, deliveries, 2)
@@ -325,8 +341,7 @@ func TestServe_RiverUI(t *testing.T) {
 		}
 		require.NotEmpty(t, tokens, "the mail carries links with tokens")
 
-		jobs := opsRiverUIJobs(t, server.URL, "completed")
-		for _, job := range jobs {
+		for _, job := range completedMail() {
 			opsRequireArgsOnlyUserID(t, job, registered.ID)
 			raw := opsRiverUIJobRaw(t, server.URL, job.ID)
 			require.Contains(t, raw, "river:log", "the job shows its worker's log lines (riverlog)")

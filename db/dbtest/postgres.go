@@ -79,6 +79,91 @@ func PostgresEmptyURL(t testing.TB) string {
 	return newEmptySchemaURL(t)
 }
 
+// PostgresDatabase is a database of a test's own, for tests that take a whole database down
+// (refusing connections, read-only, every backend terminated) without touching the database
+// other tests share.
+type PostgresDatabase struct {
+	// Name is the database's name.
+	Name string
+	// URL is TEST_DATABASE_URL naming this database instead.
+	URL string
+
+	admin *adminDB
+}
+
+// NewPostgresDatabase creates a database with a random name, migrates it, and drops it (its
+// connections terminated) when t ends.
+func NewPostgresDatabase(t testing.TB) *PostgresDatabase {
+	t.Helper()
+
+	admin := adminConnect(t)
+	name := schemaPrefix + "db_" + randomHex(8)
+	_, err := admin.pool.Exec(t.Context(), "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if _, err := admin.pool.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
+			t.Errorf("error dropping test database %s: %s", name, err)
+		}
+	})
+
+	u, err := url.Parse(databaseURL())
+	require.NoError(t, err)
+	u.Path = "/" + name
+	database := &PostgresDatabase{Name: name, URL: u.String(), admin: admin}
+
+	store, err := openDiscarding(t.Context(), database.URL)
+	require.NoError(t, err)
+	defer store.Close()
+	require.NoError(t, store.Migrate(t.Context()))
+	return database
+}
+
+// AllowConnections lets the database take new connections, or refuses them as PostgreSQL does
+// during maintenance (SQLSTATE 55000 at connect). Connections already open stay open.
+func (d *PostgresDatabase) AllowConnections(t testing.TB, allow bool) {
+	t.Helper()
+
+	_, err := d.admin.pool.Exec(t.Context(), fmt.Sprintf("ALTER DATABASE %s ALLOW_CONNECTIONS %t", pgx.Identifier{d.Name}.Sanitize(), allow))
+	require.NoError(t, err)
+}
+
+// SetReadOnly makes the database's new sessions read-only (default_transaction_read_only), as
+// a server demoted after a failover is: writes fail with SQLSTATE 25006. Sessions already open
+// keep their setting.
+func (d *PostgresDatabase) SetReadOnly(t testing.TB, readOnly bool) {
+	t.Helper()
+
+	_, err := d.admin.pool.Exec(t.Context(), fmt.Sprintf("ALTER DATABASE %s SET default_transaction_read_only = %t", pgx.Identifier{d.Name}.Sanitize(), readOnly))
+	require.NoError(t, err)
+}
+
+// TerminateBackends terminates every backend of the database, as a restart of PostgreSQL or a
+// pooler recycling its connections would, and returns once none is left: each has sent its
+// FATAL error (57P01) to its client and closed the connection.
+func (d *PostgresDatabase) TerminateBackends(t testing.TB) {
+	t.Helper()
+
+	ctx := t.Context()
+	for {
+		// pg_terminate_backend only signals: a backend leaves pg_stat_activity once it has
+		// exited. Signalling again is harmless.
+		_, err := d.admin.pool.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1`, d.Name)
+		require.NoError(t, err)
+		var left int
+		require.NoError(t, d.admin.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = $1`, d.Name).Scan(&left))
+		if left == 0 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			require.FailNow(t, "backends still running", "%d backends of %s", left, d.Name)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
 // newEmptySchemaURL creates a schema with a random name and returns TEST_DATABASE_URL with its
 // search_path set to it. The schema is dropped when t ends.
 func newEmptySchemaURL(t testing.TB) string {

@@ -42,6 +42,10 @@ type Config struct {
 	// synchronous_commit off for the rate limiter's counters. Defaults to
 	// RateLimitMaxConnsDefault.
 	RateLimitMaxConns int32
+
+	// ConnectTimeout bounds each new connection when the URL sets no connect_timeout. Defaults
+	// to ConnectTimeoutDefault.
+	ConnectTimeout time.Duration
 }
 
 // Engine is the PostgreSQL db.Engine.
@@ -60,7 +64,9 @@ var _ db.Engine[pgx.Tx] = (*Engine)(nil)
 // NewEngine opens an Engine on databaseURL (a postgres:// URL or a key=value DSN). Its tables are
 // those the connection's search_path finds first, so a schema is chosen in the URL, e.g.
 // `options=-c%20search_path%3Dmyschema`. Connections are made lazily, so NewEngine succeeds
-// while the database is down.
+// while the database is down. Each connection attempt gives up after connect_timeout from the
+// URL, else Config.ConnectTimeout; see the retry rule (retry.go) for which failed calls run
+// again.
 func NewEngine(ctx context.Context, databaseURL string, config *Config) (*Engine, error) {
 	if config == nil {
 		config = &Config{}
@@ -73,7 +79,12 @@ func NewEngine(ctx context.Context, databaseURL string, config *Config) (*Engine
 	if config.MaxConns > 0 {
 		poolConfig.MaxConns = config.MaxConns
 	}
+	if poolConfig.ConnConfig.ConnectTimeout == 0 {
+		// What pgconn does for connect_timeout: the whole attempt (dial, TLS, start-up) shares it.
+		poolConfig.ConnConfig.ConnectTimeout = cmp.Or(config.ConnectTimeout, ConnectTimeoutDefault)
+	}
 	poolConfig.AfterConnect = scanTimesInUTC
+	poolConfig.PrepareConn = checkConn
 
 	rateLimitPoolConfig := poolConfig.Copy()
 	rateLimitPoolConfig.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
@@ -131,10 +142,11 @@ func (e *Engine) Rollback(ctx context.Context, tx pgx.Tx) error {
 	return interpretError(tx.Rollback(ctx))
 }
 
-// Queries implements db.Engine: on the main pool.
-func (e *Engine) Queries() db.Queries { return &queries{dbtx: e.pool} }
+// Queries implements db.Engine: on the main pool, each call under the retry rule.
+func (e *Engine) Queries() db.Queries { return &queries{dbtx: e.pool, retry: true} }
 
-// QueriesTx implements db.Engine.
+// QueriesTx implements db.Engine. Calls in a transaction never run again alone: InTx runs the
+// whole transaction again when it may.
 func (e *Engine) QueriesTx(tx pgx.Tx) db.Queries { return &queries{dbtx: tx} }
 
 // Counters implements db.Engine: on the rate-limit pool.
@@ -142,6 +154,11 @@ func (e *Engine) Counters() db.Counters { return &counters{pool: e.rateLimitPool
 
 // InterpretError implements db.Engine.
 func (e *Engine) InterpretError(err error) error { return interpretError(err) }
+
+// MayRetry implements db.Engine with the retry rule of retry.go.
+func (e *Engine) MayRetry(ctx context.Context, err error, lossIsSafe bool) bool {
+	return mayRetry(ctx, err, lossIsSafe)
+}
 
 // GooseDB implements db.Engine: a *sql.DB on the main pool (closing it leaves the pool open).
 func (e *Engine) GooseDB() (*sql.DB, goose.Dialect, func()) {
@@ -182,10 +199,16 @@ func (e *Engine) LockMigrations(ctx context.Context) (func(), error) {
 	}, nil
 }
 
-// Ping implements db.Engine.
-func (e *Engine) Ping(ctx context.Context) error {
-	if err := e.pool.Ping(ctx); err != nil {
-		return fmt.Errorf("error pinging database: %w", interpretError(err))
+// Ready implements db.Engine: it updates the one-row heartbeat on the main pool, the pool users,
+// tokens and jobs are written through. A read-only server (25006: a demoted primary, a standby,
+// default_transaction_read_only) fails it, as does one that cannot commit in time (a synchronous
+// standby gone).
+func (e *Engine) Ready(ctx context.Context) error {
+	_, err := retryOnce(ctx, true, func() (struct{}, error) {
+		return struct{}{}, dbsqlc.New().ReadinessHeartbeatUpsert(ctx, e.pool)
+	})
+	if err != nil {
+		return fmt.Errorf("error writing the readiness heartbeat: %w", interpretError(err))
 	}
 	return nil
 }

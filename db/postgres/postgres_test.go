@@ -2,6 +2,8 @@ package postgres_test
 
 import (
 	"context"
+	"net"
+	"net/url"
 	"sync"
 	"testing"
 	"time"
@@ -76,12 +78,16 @@ func TestStore_Migrate(t *testing.T) {
 		done := make(chan error, 1)
 		go func() { done <- store.Migrate(ctx) }()
 
-		// Migrate is waiting once a session is blocked by the one holding the lock.
-		require.Eventually(t, func() bool {
-			var waiting bool
-			err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pg_backend_pid() = ANY (pg_blocking_pids(pid)))`).Scan(&waiting)
-			return err == nil && waiting
-		}, 10*time.Second, 10*time.Millisecond, "Migrate never waited for the lock")
+		// Migrate waits in PostgreSQL, blocked by the other deploy's session, until it lets go.
+		for blocked := 0; blocked == 0; {
+			select {
+			case err := <-done:
+				require.FailNow(t, "Migrate did not wait for the lock", "err: %v", err)
+			default:
+			}
+			require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`,
+				conn.PgConn().PID()).Scan(&blocked))
+		}
 		select {
 		case err := <-done:
 			require.FailNow(t, "Migrate did not wait for the lock", "err: %v", err)
@@ -139,14 +145,119 @@ func TestNewEngine(t *testing.T) {
 		require.Error(t, err)
 	})
 
+	t.Run("ConnectTimeout", func(t *testing.T) {
+		t.Parallel()
+
+		engine, err := postgres.NewEngine(t.Context(), dbtest.DatabaseURL(t), nil)
+		require.NoError(t, err)
+		t.Cleanup(func() { engine.Close() })
+		require.Equal(t, postgres.ConnectTimeoutDefault, engine.Pool().Config().ConnConfig.ConnectTimeout)
+		require.Equal(t, postgres.ConnectTimeoutDefault, engine.RateLimitPool().Config().ConnConfig.ConnectTimeout)
+
+		// The URL's own connect_timeout wins.
+		u, err := url.Parse(dbtest.DatabaseURL(t))
+		require.NoError(t, err)
+		query := u.Query()
+		query.Set("connect_timeout", "17")
+		u.RawQuery = query.Encode()
+		engine, err = postgres.NewEngine(t.Context(), u.String(), &postgres.Config{ConnectTimeout: time.Second})
+		require.NoError(t, err)
+		t.Cleanup(func() { engine.Close() })
+		require.Equal(t, 17*time.Second, engine.Pool().Config().ConnConfig.ConnectTimeout)
+	})
+
+	t.Run("BlackholedConnectEnds", func(t *testing.T) {
+		t.Parallel()
+
+		// A server that accepts connections and never answers (packets dropped past the TCP
+		// handshake): only the connect timeout ends the attempt, whatever the caller's context.
+		listener, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		t.Cleanup(func() { listener.Close() })
+		go func() {
+			for {
+				conn, err := listener.Accept()
+				if err != nil {
+					return
+				}
+				t.Cleanup(func() { conn.Close() })
+			}
+		}()
+
+		engine, err := postgres.NewEngine(t.Context(), "postgres://postgres@"+listener.Addr().String()+"/test?sslmode=disable",
+			&postgres.Config{ConnectTimeout: 100 * time.Millisecond})
+		require.NoError(t, err)
+		t.Cleanup(func() { engine.Close() })
+
+		done := make(chan error, 1)
+		go func() { done <- engine.Ready(context.Background()) }()
+		select {
+		case err := <-done:
+			require.ErrorIs(t, err, db.ErrUnavailable)
+		case <-time.After(30 * time.Second):
+			require.FailNow(t, "a connection that is never answered held Ready")
+		}
+	})
+
 	t.Run("Unreachable", func(t *testing.T) {
 		t.Parallel()
 
-		// Connections are lazy: NewEngine succeeds, Ping reports the database down.
+		// Connections are lazy: NewEngine succeeds, Ready reports the database down.
 		engine, err := postgres.NewEngine(t.Context(), "postgres://postgres@127.0.0.1:1/test?sslmode=disable&connect_timeout=2", nil)
 		require.NoError(t, err)
 		t.Cleanup(func() { engine.Close() })
 
-		require.ErrorIs(t, engine.Ping(t.Context()), db.ErrUnavailable)
+		require.ErrorIs(t, engine.Ready(t.Context()), db.ErrUnavailable)
+	})
+}
+
+func TestStore_InTx(t *testing.T) {
+	t.Parallel()
+
+	// The transaction's connection is terminated (a restart, pg_terminate_backend) after it wrote
+	// and before it committed: PostgreSQL rolled it back, so it runs again, once, on a fresh
+	// connection, and its write is there exactly once.
+	t.Run("LostBeforeCommitRunsAgain", func(t *testing.T) {
+		t.Parallel()
+
+		ctx := t.Context()
+		database := dbtest.NewPostgresDatabase(t)
+		store := dbtest.OpenPostgres(t, database.URL)
+
+		var calls int
+		err := store.InTx(ctx, func(ctx context.Context, tx db.Tx) error {
+			calls++
+			if _, err := tx.UserInsert(ctx, &db.UserInsertParams{Email: "lost@example.com", PasswordHash: "x", Now: time.Now()}); err != nil {
+				return err
+			}
+			if calls == 1 {
+				database.TerminateBackends(t)
+			}
+			_, err := tx.UserGetByEmail(ctx, "lost@example.com")
+			return err
+		})
+		require.NoError(t, err)
+		require.Equal(t, 2, calls)
+
+		user, err := store.UserGetByEmail(ctx, "lost@example.com")
+		require.NoError(t, err)
+		var count int
+		require.NoError(t, store.Postgres.Pool().QueryRow(ctx, "SELECT count(*) FROM users WHERE id = $1", user.ID).Scan(&count))
+		require.Equal(t, 1, count)
+	})
+
+	// A transaction that failed for its own reasons is not run again.
+	t.Run("OwnErrorNotRetried", func(t *testing.T) {
+		t.Parallel()
+
+		store := dbtest.NewPostgres(t)
+		var calls int
+		err := store.InTx(t.Context(), func(ctx context.Context, tx db.Tx) error {
+			calls++
+			_, err := tx.UserGetByID(ctx, 424242)
+			return err
+		})
+		require.ErrorIs(t, err, db.ErrNotFound)
+		require.Equal(t, 1, calls)
 	})
 }

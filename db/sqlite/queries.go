@@ -243,17 +243,27 @@ func (q *queries) RateLimitCounterDeleteExpired(ctx context.Context, before time
 	return counted(sqlc.RateLimitCounterDeleteExpired(ctx, q.dbtx, dbsqlc.RateLimitCounterDeleteExpiredParams{Before: us(before), Max: int64(limit)}))("deleting expired rate limit counters")
 }
 
-// SendPacerReserve implements db.Queries: in one statement shared by every worker.
-func (q *queries) SendPacerReserve(ctx context.Context, name string, interval time.Duration, now time.Time) (time.Time, error) {
+// SendPacerReserve implements db.Queries: in one statement shared by every worker, on the
+// database's clock (the process's own: SQLite runs in it).
+func (q *queries) SendPacerReserve(ctx context.Context, name string, interval time.Duration) (time.Time, time.Time, error) {
 	if interval <= 0 {
-		return time.Time{}, fmt.Errorf("send pacer interval must be positive, got %s", interval)
+		return time.Time{}, time.Time{}, fmt.Errorf("send pacer interval must be positive, got %s", interval)
 	}
 	intervalUS := interval.Microseconds()
-	tatUS, err := sqlc.SendPacerReserve(ctx, q.dbtx, dbsqlc.SendPacerReserveParams{Name: name, TatUs: us(now) + intervalUS, IntervalUs: intervalUS})
+	row, err := sqlc.SendPacerReserve(ctx, q.dbtx, dbsqlc.SendPacerReserveParams{Name: name, IntervalUs: intervalUS})
 	if err != nil {
-		return time.Time{}, failed("reserving send slot", err)
+		return time.Time{}, time.Time{}, failed("reserving send slot", err)
 	}
-	return at(tatUS - intervalUS), nil
+	return at(row.TatUs - intervalUS), at(row.Column2), nil
+}
+
+// Now implements db.Queries: the clock SendPacerReserve schedules on.
+func (q *queries) Now(ctx context.Context) (time.Time, error) {
+	nowUS, err := sqlc.SendPacerNow(ctx, q.dbtx)
+	if err != nil {
+		return time.Time{}, failed("reading the database's clock", err)
+	}
+	return at(nowUS), nil
 }
 
 // failed says what failed, its error converted to db's; nil stays nil.

@@ -1,8 +1,8 @@
 // Package sqlite is the embedded engine of db: one SQLite file through modernc.org/sqlite (pure
 // Go), one *sql.DB with one connection shared by River's riversqlite driver and the app's sqlc
 // queries (dbsqlc), whose INTEGER unix-microsecond times and errors it converts to db's. It also
-// keeps the embedded default's generated APP_SECRET beside the file (AppSecret). db.NewStore builds the
-// Store on it.
+// keeps the embedded default's generated APP_SECRET beside the file (AppSecret). db.NewStore
+// builds the Store on it.
 package sqlite
 
 import (
@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/pressly/goose/v3"
 	"github.com/riverqueue/river/riverdriver"
@@ -21,16 +22,33 @@ import (
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
 
 	"github.com/postguard/postguard/db"
+	"github.com/postguard/postguard/db/sqlite/dbsqlc"
 )
 
 // gooseTableExistsSQL says whether goose's version table exists. Goose's SQLite dialect has no
 // such check, and sqlc's SQLite catalog does not know sqlite_master.
 const gooseTableExistsSQL = `SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?)`
 
+// BusyTimeoutDefault is Config.BusyTimeout's default: long enough to wait out another writer's
+// transaction (a `postguard migrate`, a backup), shorter than a request's deadline (10 s), so a
+// database held by another process is answered as busy (503) rather than as a request that ran
+// out of time.
+const BusyTimeoutDefault = 5 * time.Second
+
+// readinessRoomBytes is how much Ready asks the database to find room for, in a transaction it
+// rolls back: one page of SQLite's default size, more than fits inline in any page, so it needs
+// at least one free page (or room to grow the file by one).
+const readinessRoomBytes = 4096
+
 // Config configures an Engine. The zero value (or nil) is fine.
 type Config struct {
 	// Logger receives migration logs. Defaults to slog.Default().
 	Logger *slog.Logger
+
+	// BusyTimeout is how long a statement waits for another connection's write lock before it
+	// fails with SQLITE_BUSY (db.ErrUnavailable). Defaults to BusyTimeoutDefault; at least a
+	// millisecond.
+	BusyTimeout time.Duration
 }
 
 // Engine is the SQLite db.Engine. It has one *sql.DB with one connection: SQLite takes one writer
@@ -70,9 +88,10 @@ func NewEngine(ctx context.Context, path string, config *Config) (*Engine, error
 	// _txlock=immediate takes the write lock at BEGIN: a transaction never has to upgrade a read
 	// lock, which is where SQLite answers SQLITE_BUSY without waiting, should another process
 	// (e.g. `postguard migrate`) hold the file.
+	busyTimeout := cmp.Or(config.BusyTimeout, BusyTimeoutDefault)
 	params := url.Values{
 		"_pragma": {
-			"busy_timeout(10000)",
+			fmt.Sprintf("busy_timeout(%d)", max(busyTimeout.Milliseconds(), 1)),
 			"foreign_keys(1)",
 			"journal_mode(WAL)",
 			"secure_delete(1)",
@@ -89,7 +108,7 @@ func NewEngine(ctx context.Context, path string, config *Config) (*Engine, error
 	// Open the file now, so that a bad path fails here rather than at first use.
 	if err := sqlDB.PingContext(ctx); err != nil {
 		sqlDB.Close()
-		return nil, fmt.Errorf("error opening SQLite database %q: %w", path, err)
+		return nil, fmt.Errorf("error opening SQLite database %q: %w", path, interpretError(err))
 	}
 
 	engine := &Engine{
@@ -156,10 +175,29 @@ func (e *Engine) GooseTableExists(ctx context.Context, sqlDB *sql.DB) (bool, err
 // process, and the embedded engine has one process per file: there is nothing to lock.
 func (e *Engine) LockMigrations(context.Context) (func(), error) { return func() {}, nil }
 
-// Ping implements db.Engine.
-func (e *Engine) Ping(ctx context.Context) error {
-	if err := e.db.PingContext(ctx); err != nil {
-		return fmt.Errorf("error pinging database: %w", interpretError(err))
+// MayRetry implements db.Engine: never. The engine's one connection is a file in the process,
+// not a session that can be lost; a busy or failing database is answered as such.
+func (e *Engine) MayRetry(context.Context, error, bool) bool { return false }
+
+// Ready implements db.Engine: a write, in two transactions. It commits the heartbeat row: a
+// database another process holds past the busy timeout, or whose writes fail with an I/O error,
+// fails here. Then it asks for readinessRoomBytes more in the same row and rolls that back: that
+// needs a free page or room to grow the file, so a full database fails here even while the small
+// heartbeat still fits in the pages it has. Each error wraps db.ErrUnavailable.
+func (e *Engine) Ready(ctx context.Context) error {
+	if err := dbsqlc.New().ReadinessHeartbeatUpsert(ctx, e.db, time.Now().UnixMicro()); err != nil {
+		return fmt.Errorf("error writing the readiness heartbeat: %w", interpretError(err))
+	}
+
+	tx, err := e.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("error checking the database has room: %w", interpretError(err))
+	}
+	defer func() {
+		_ = tx.Rollback() // always: the room was only asked for
+	}()
+	if err := dbsqlc.New().ReadinessHeartbeatFillRoom(ctx, tx, readinessRoomBytes); err != nil {
+		return fmt.Errorf("error checking the database has room: %w", interpretError(err))
 	}
 	return nil
 }
@@ -174,11 +212,3 @@ func (e *Engine) Close() error {
 
 // DB is the engine's *sql.DB (one connection).
 func (e *Engine) DB() *sql.DB { return e.db }
-
-// interpretError turns sql.ErrNoRows into db.ErrNotFound, once, at the engine's boundary.
-func interpretError(err error) error {
-	if errors.Is(err, sql.ErrNoRows) {
-		return db.ErrNotFound
-	}
-	return err
-}

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -29,7 +30,7 @@ func TestNewEngine(t *testing.T) {
 	store := dbtest.NewSQLite(t)
 	require.Equal(t, 1, store.SQLite.DB().Stats().MaxOpenConnections)
 	for pragma, want := range map[string]string{
-		"busy_timeout":  "10000",
+		"busy_timeout":  strconv.FormatInt(sqlite.BusyTimeoutDefault.Milliseconds(), 10),
 		"foreign_keys":  "1",
 		"journal_mode":  "wal",
 		"secure_delete": "1",

@@ -42,6 +42,11 @@ type RateLimitCounter struct {
 	LimitCount  int64
 }
 
+type ReadinessHeartbeat struct {
+	ID     int16
+	BeatAt time.Time
+}
+
 type SendPacer struct {
 	Name       string
 	TatUs      int64

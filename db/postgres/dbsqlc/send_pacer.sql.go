@@ -9,34 +9,58 @@ import (
 	"context"
 )
 
+const sendPacerNow = `-- name: SendPacerNow :one
+SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint AS now_us
+`
+
+// SendPacerNow is the database's clock, the one the send pacer's schedule runs on, in
+// microseconds since the Unix epoch.
+func (q *Queries) SendPacerNow(ctx context.Context, db DBTX) (int64, error) {
+	row := db.QueryRow(ctx, sendPacerNow)
+	var now_us int64
+	err := row.Scan(&now_us)
+	return now_us, err
+}
+
 const sendPacerReserve = `-- name: SendPacerReserve :one
+WITH clock AS (
+    SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint AS now_us
+)
 INSERT INTO send_pacer (
     name,
     tat_us,
     interval_us
-) VALUES (
-    $1::text,
-    $2::bigint,
-    $3::bigint
 )
+SELECT
+    $1::text,
+    clock.now_us + $2::bigint,
+    $2::bigint
+FROM clock
 ON CONFLICT (name) DO UPDATE
 SET tat_us = greatest(send_pacer.tat_us, excluded.tat_us - excluded.interval_us) + excluded.interval_us,
     interval_us = excluded.interval_us
-RETURNING tat_us
+RETURNING
+    tat_us,
+    (SELECT now_us FROM clock)::bigint AS now_us
 `
 
 type SendPacerReserveParams struct {
 	Name       string
-	TatUs      int64
 	IntervalUs int64
 }
 
-// SendPacerReserve takes the next send slot of a shared budget, GCRA-style: the slot is the later
-// of now and the previous slot plus one interval. @tat_us is now plus one interval. It returns the
-// theoretical arrival time after this send; the caller's slot is that minus the interval.
-func (q *Queries) SendPacerReserve(ctx context.Context, db DBTX, arg SendPacerReserveParams) (int64, error) {
-	row := db.QueryRow(ctx, sendPacerReserve, arg.Name, arg.TatUs, arg.IntervalUs)
-	var tat_us int64
-	err := row.Scan(&tat_us)
-	return tat_us, err
+type SendPacerReserveRow struct {
+	TatUs int64
+	NowUs int64
+}
+
+// SendPacerReserve takes the next send slot of a shared budget, GCRA-style, on the database's
+// clock: the slot is the later of now and the previous slot plus one interval. It returns the
+// theoretical arrival time after this send (the caller's slot is that minus the interval) and
+// the now it used, both in microseconds since the Unix epoch.
+func (q *Queries) SendPacerReserve(ctx context.Context, db DBTX, arg SendPacerReserveParams) (*SendPacerReserveRow, error) {
+	row := db.QueryRow(ctx, sendPacerReserve, arg.Name, arg.IntervalUs)
+	var i SendPacerReserveRow
+	err := row.Scan(&i.TatUs, &i.NowUs)
+	return &i, err
 }

@@ -40,6 +40,12 @@ type RateLimitCounter struct {
 	LimitCount  int64
 }
 
+type ReadinessHeartbeat struct {
+	ID     int64
+	BeatAt int64
+	Room   []byte
+}
+
 type SendPacer struct {
 	Name       string
 	TatUs      int64

@@ -9,6 +9,19 @@ import (
 	"context"
 )
 
+const sendPacerNow = `-- name: SendPacerNow :one
+SELECT CAST(unixepoch('now', 'subsec') * 1000000 AS INTEGER) AS now_us
+`
+
+// SendPacerNow is the database's clock, the one the send pacer's schedule runs on, in
+// microseconds since the Unix epoch.
+func (q *Queries) SendPacerNow(ctx context.Context, db DBTX) (int64, error) {
+	row := db.QueryRowContext(ctx, sendPacerNow)
+	var now_us int64
+	err := row.Scan(&now_us)
+	return now_us, err
+}
+
 const sendPacerReserve = `-- name: SendPacerReserve :one
 INSERT INTO send_pacer (
     name,
@@ -16,26 +29,34 @@ INSERT INTO send_pacer (
     interval_us
 ) VALUES (
     ?1,
-    ?2,
-    ?3
+    CAST(unixepoch('now', 'subsec') * 1000000 AS INTEGER) + ?2,
+    ?2
 )
 ON CONFLICT (name) DO UPDATE
 SET tat_us = max(send_pacer.tat_us, excluded.tat_us - excluded.interval_us) + excluded.interval_us,
     interval_us = excluded.interval_us
-RETURNING tat_us
+RETURNING
+    tat_us,
+    CAST(unixepoch('now', 'subsec') * 1000000 AS INTEGER) AS now_us
 `
 
 type SendPacerReserveParams struct {
 	Name       string
-	TatUs      int64
 	IntervalUs int64
 }
 
-// SendPacerReserve takes the next send slot of a shared budget, GCRA-style; see the PostgreSQL
-// query of the same name. Parameters reach DO UPDATE through excluded.*.
-func (q *Queries) SendPacerReserve(ctx context.Context, db DBTX, arg SendPacerReserveParams) (int64, error) {
-	row := db.QueryRowContext(ctx, sendPacerReserve, arg.Name, arg.TatUs, arg.IntervalUs)
-	var tat_us int64
-	err := row.Scan(&tat_us)
-	return tat_us, err
+type SendPacerReserveRow struct {
+	TatUs   int64
+	Column2 int64
+}
+
+// SendPacerReserve takes the next send slot of a shared budget, GCRA-style, on the database's
+// clock; see the PostgreSQL query of the same name. Parameters reach DO UPDATE through
+// excluded.*. SQLite's 'now' is one instant for the whole statement, so the now returned is the
+// one the slot was computed from (sqlc's SQLite engine drops the alias: it reads as Column2).
+func (q *Queries) SendPacerReserve(ctx context.Context, db DBTX, arg SendPacerReserveParams) (*SendPacerReserveRow, error) {
+	row := db.QueryRowContext(ctx, sendPacerReserve, arg.Name, arg.IntervalUs)
+	var i SendPacerReserveRow
+	err := row.Scan(&i.TatUs, &i.Column2)
+	return &i, err
 }

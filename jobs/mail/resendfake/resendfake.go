@@ -79,6 +79,12 @@ type Config struct {
 	// rate_limit_exceeded with Retry-After (whole seconds, ≥1). Refused
 	// requests do not count against the budget. Scripted responses bypass it.
 	RatePerSecond int
+
+	// NowFunc returns the current time: when each request arrived
+	// (Request.ReceivedAt) and which ones share a rate window. Defaults to
+	// time.Now; a test stubs it to put requests in one window, or in
+	// separate ones, whatever the machine's speed.
+	NowFunc func() time.Time
 }
 
 // Delivery is an email the fake accepted: one per idempotency key (or per
@@ -162,6 +168,14 @@ type Server struct {
 	keys       map[string]*keyState // idempotency keys seen
 	requests   []*Request           // every request received
 	scripted   []Response           // FIFO of scripted answers
+}
+
+// now is the fake's clock (Config.NowFunc).
+func (s *Server) now() time.Time {
+	if s.config.NowFunc != nil {
+		return s.config.NowFunc()
+	}
+	return time.Now()
 }
 
 // keyState is the life of an idempotency key at the fake.
@@ -283,7 +297,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	now := time.Now()
+	now := s.now()
 	req := &Request{
 		Body:       body,
 		Header:     r.Header.Clone(),

@@ -295,7 +295,18 @@ func TestServer(t *testing.T) {
 	t.Run("RateLimit", func(t *testing.T) {
 		t.Parallel()
 
-		server := setup(t, &Config{RatePerSecond: 2})
+		// The fake's clock stands still, so the three posts share one window however long
+		// they take; then it moves past the window.
+		var (
+			mu  sync.Mutex
+			now = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+		)
+		clock := func() time.Time {
+			mu.Lock()
+			defer mu.Unlock()
+			return now
+		}
+		server := setup(t, &Config{RatePerSecond: 2, NowFunc: clock})
 
 		require.Equal(t, http.StatusOK, post(t, server, "k1", validBody).status)
 		require.Equal(t, http.StatusOK, post(t, server, "k2", validBody).status)
@@ -304,9 +315,21 @@ func TestServer(t *testing.T) {
 		requireError(t, result, http.StatusTooManyRequests, NameRateLimitExceeded)
 		require.Equal(t, "1", result.header.Get("Retry-After"))
 		require.Len(t, server.Deliveries(), 2)
+		require.Equal(t, now, server.Requests()[2].ReceivedAt)
 
-		time.Sleep(1100 * time.Millisecond)
+		// Half a second on: still the same window.
+		mu.Lock()
+		now = now.Add(500 * time.Millisecond)
+		mu.Unlock()
+		requireError(t, post(t, server, "k3", validBody), http.StatusTooManyRequests, NameRateLimitExceeded)
+
+		// A second after the first two: a new window.
+		mu.Lock()
+		now = now.Add(500 * time.Millisecond)
+		mu.Unlock()
 		require.Equal(t, http.StatusOK, post(t, server, "k3", validBody).status)
+		require.Equal(t, http.StatusOK, post(t, server, "k4", validBody).status)
+		requireError(t, post(t, server, "k5", validBody), http.StatusTooManyRequests, NameRateLimitExceeded)
 	})
 
 	t.Run("RequestsRecorded", func(t *testing.T) {
