@@ -53,7 +53,8 @@ type Config struct {
 	// the TCP peer, no proxy trusted.
 	IPResolver *abuse.IPResolver
 
-	// Secret is APP_SECRET (at least 32 bytes); it checks unsubscribe tokens.
+	// Secret is APP_SECRET, checked by the caller (cmd/postguard: at least 32 bytes); it checks
+	// unsubscribe tokens.
 	Secret []byte
 
 	// AppURL is APP_URL, the public base URL of the service. Its origin is one of the service's
@@ -144,8 +145,8 @@ func New(config *Config) (*gin.Engine, error) {
 	if config.Limiter == nil {
 		return nil, errors.New("api: Config.Limiter is required")
 	}
-	if len(config.Secret) < 32 {
-		return nil, errors.New("api: Config.Secret must be at least 32 bytes (APP_SECRET)")
+	if len(config.Secret) == 0 {
+		return nil, errors.New("api: Config.Secret is required (APP_SECRET)")
 	}
 	s, engine, err := newServer(config)
 	if err != nil {

@@ -104,7 +104,7 @@ func TestNew_Config(t *testing.T) {
 		"Nil":                 nil,
 		"NoStore":             {Limiter: limiter, Secret: testSecret},
 		"NoLimiter":           {Store: store, Secret: testSecret},
-		"ShortSecret":         {Store: store, Limiter: limiter, Secret: []byte("short")},
+		"NoSecret":            {Store: store, Limiter: limiter},
 		"AppURLNotAbsolute":   {Store: store, Limiter: limiter, Secret: testSecret, AppURL: "example.com/app"},
 		"RiverUIWithoutLimit": {Store: store, Limiter: noLoginRule, Secret: testSecret, RiverUI: http.NotFoundHandler(), RiverUIUsername: "u", RiverUIPassword: "p"},
 	} {

@@ -20,7 +20,7 @@ import (
 
 	"github.com/postguard/postguard/db"
 	"github.com/postguard/postguard/jobs/mail"
-	"github.com/postguard/postguard/jobs/tokens"
+	"github.com/postguard/postguard/tokens"
 )
 
 // Queues.
@@ -30,10 +30,6 @@ const (
 	// QueueMaintenance is the queue of the prune job, worked one at a time.
 	QueueMaintenance = "maintenance"
 )
-
-// MaxMaxRPS bounds Config.MaxRPS: beyond it the pacer's slots, kept in microseconds, would be
-// too close together to mean anything; send unpaced (0) instead.
-const MaxMaxRPS = 10_000
 
 // Defaults of Config, the defaults of the environment variables too
 // (README.md, Configuration).
@@ -89,7 +85,7 @@ type Config struct {
 	// PruneInterval is the period of the prune job (PRUNE_INTERVAL).
 	PruneInterval time.Duration
 	// MaxRPS is the most sends per second, all worker processes together (RESEND_MAX_RPS);
-	// 0 sends unpaced; at most MaxMaxRPS.
+	// 0 (or a rate so high that its slots would be under a microsecond apart) sends unpaced.
 	MaxRPS float64
 	// FetchCooldown and FetchPollInterval tune River's fetch loop; zero takes River's defaults
 	// (100ms, 1s).
@@ -135,9 +131,6 @@ func NewWorkers(deps *Deps, config *Config) (*Workers, error) {
 		config = &Config{}
 	}
 	config = config.withDefaults()
-	if !(config.MaxRPS >= 0 && config.MaxRPS <= MaxMaxRPS) { // NaN fails both
-		return nil, fmt.Errorf("jobs: Config.MaxRPS must be between 0 (unpaced) and %d, got %v", MaxMaxRPS, config.MaxRPS)
-	}
 
 	sealer, err := tokens.NewSealer(config.Secret)
 	if err != nil {

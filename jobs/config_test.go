@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
-	"math"
 	"testing"
 	"time"
 
@@ -153,21 +152,6 @@ func TestNewRiverConfig(t *testing.T) {
 		require.Error(t, err)
 	})
 
-	t.Run("MaxRPSBounded", func(t *testing.T) {
-		t.Parallel()
-
-		bundle := setup(t)
-		for _, maxRPS := range []float64{-1, math.Inf(1), math.NaN(), MaxMaxRPS + 1} {
-			config := validConfig()
-			config.MaxRPS = maxRPS
-			_, err := NewRiverConfig(bundle.deps, config)
-			require.ErrorContains(t, err, "MaxRPS", "MaxRPS %v", maxRPS)
-		}
-		config := validConfig()
-		config.MaxRPS = MaxMaxRPS
-		_, err := NewRiverConfig(bundle.deps, config)
-		require.NoError(t, err)
-	})
 }
 
 func TestArgs_InsertOpts(t *testing.T) {

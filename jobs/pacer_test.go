@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"context"
+	"math"
 	"slices"
 	"strconv"
 	"testing"
@@ -20,6 +21,10 @@ func TestPacer_Interval(t *testing.T) {
 	require.Equal(t, 525*time.Millisecond, pacerInterval(2))
 	require.Equal(t, 21*time.Millisecond, pacerInterval(50))
 	require.Nil(t, newPacer(nil, 0))
+	require.Nil(t, newPacer(nil, math.NaN()))
+	require.Nil(t, newPacer(nil, math.Inf(1)), "slots no time apart are no pace")
+	require.Nil(t, newPacer(nil, 2e6))
+	require.NotNil(t, newPacer(nil, 1e4))
 }
 
 func TestEmailWorkers_Pacing(t *testing.T) {

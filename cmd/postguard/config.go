@@ -23,6 +23,10 @@ import (
 // entropy (32 bytes for SHA-256) weakens every token and rate-limit key derived from it.
 const minSecretLen = 32
 
+// maxResendMaxRPS bounds RESEND_MAX_RPS: far above any provider's rate, so that a typo (1e9) or
+// +Inf is refused at start rather than taken as no pace at all.
+const maxResendMaxRPS = 10_000
+
 // config is everything postguard reads from its environment, read once at start by loadConfig.
 type config = service.Config
 
@@ -66,8 +70,8 @@ func loadConfig(getenv func(string) string) (*config, error) {
 	if cfg.FetchPollInterval < cfg.FetchCooldown {
 		p.fail("JOB_FETCH_POLL_INTERVAL", "must be at least JOB_FETCH_COOLDOWN (%s)", cfg.FetchCooldown)
 	}
-	if !(cfg.ResendMaxRPS >= 0 && cfg.ResendMaxRPS <= jobs.MaxMaxRPS) {
-		p.fail("RESEND_MAX_RPS", "must be 0 (unpaced) or a number of sends per second up to %d", jobs.MaxMaxRPS)
+	if !(cfg.ResendMaxRPS >= 0 && cfg.ResendMaxRPS <= maxResendMaxRPS) { // NaN fails both
+		p.fail("RESEND_MAX_RPS", "must be 0 (unpaced) or a number of sends per second up to %d", maxResendMaxRPS)
 	}
 	if (cfg.RiverUIUsername == "") != (cfg.RiverUIPassword == "") {
 		p.fail("RIVERUI_PASSWORD", "RIVERUI_USERNAME and RIVERUI_PASSWORD must be set together (River UI is not mounted when both are unset)")
