@@ -12,7 +12,7 @@ import (
 // BenchmarkStore_RateLimitCounterConsume measures one rate-limit statement, one round trip, on
 // each engine: on fresh keys (an insert) and on one hot key (an update, or a refusal once the key
 // is at its limit). 16 goroutines on two cores, like pgbench -c 16 running the same statement
-// (see README, Performance).
+// (see docs/operations.md, Capacity).
 func BenchmarkStore_RateLimitCounterConsume(b *testing.B) {
 	window := time.Now().Truncate(time.Hour)
 	for _, engine := range []struct {

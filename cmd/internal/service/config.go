@@ -26,8 +26,8 @@ const (
 	MailerNone   = "none"
 )
 
-// Config is everything a postguard process is configured with: the environment
-// variables of README.md, read and checked once (cmd/postguard's loadConfig), and taken as given here.
+// Config is everything a postguard process is configured with: the environment variables of
+// README.md, read and checked once (cmd/postguard's loadConfig), and taken as given here.
 type Config struct {
 	DatabaseURL string
 	Engine      string // EnginePostgres or EngineSQLite
