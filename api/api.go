@@ -1,4 +1,4 @@
-// Package api is postguard's HTTP interface: a Gin router with the auth routes of DESIGN.md
+// Package api is postguard's HTTP interface: a Gin router with the auth routes of docs/api.md
 // (register, verify-email, resend-verification, forgot-password, reset-password, unsubscribe),
 // health and metrics routes, the OpenAPI document, and River UI behind basic auth.
 //
@@ -8,7 +8,7 @@
 //
 //   - 400 when the body cannot be read as the route's request: malformed JSON, a JSON value of
 //     the wrong type, an unknown field, trailing data, a malformed form; and for an invalid,
-//     expired or used token (DESIGN.md);
+//     expired or used token;
 //   - 422 when the body parses but a field is missing or invalid (email, password length, name);
 //     the problem lists each field under "errors" (RFC 9457 §3.2 extension);
 //   - 413 when the body exceeds 64 KiB, 415 when its content type is not one the route takes.
@@ -53,7 +53,8 @@ type Config struct {
 	// the TCP peer, no proxy trusted.
 	IPResolver *abuse.IPResolver
 
-	// Secret is APP_SECRET (at least 32 bytes); it checks unsubscribe tokens.
+	// Secret is APP_SECRET, checked by the caller (cmd/postguard: at least 32 bytes); it checks
+	// unsubscribe tokens.
 	Secret []byte
 
 	// AppURL is APP_URL, the public base URL of the service. Its origin is one of the service's
@@ -130,8 +131,8 @@ type server struct {
 // of a known email adds, well below what a person notices.
 const uniformAnswerMin = 100 * time.Millisecond
 
-// New returns the public router of the `api` and `serve` roles: every route of DESIGN.md's HTTP
-// contract, /openapi.yaml, and River UI when configured. /metrics is not one of them (404): its
+// New returns the public router of the `api` and `serve` roles: every route of docs/api.md,
+// /openapi.yaml, and River UI when configured. /metrics is not one of them (404): its
 // delivery counts by kind would tell anyone which addresses have accounts, so it is served by
 // MetricsRouter on a listener of its own. New sets Gin's global mode to release.
 func New(config *Config) (*gin.Engine, error) {
@@ -144,8 +145,8 @@ func New(config *Config) (*gin.Engine, error) {
 	if config.Limiter == nil {
 		return nil, errors.New("api: Config.Limiter is required")
 	}
-	if len(config.Secret) < 32 {
-		return nil, errors.New("api: Config.Secret must be at least 32 bytes (APP_SECRET)")
+	if len(config.Secret) == 0 {
+		return nil, errors.New("api: Config.Secret is required (APP_SECRET)")
 	}
 	s, engine, err := newServer(config)
 	if err != nil {

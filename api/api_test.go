@@ -203,18 +203,14 @@ type setupOpts struct {
 	ipHeader   abuse.ClientIPHeader // CLIENT_IP_HEADER; "" is X-Forwarded-For
 	limiterNow func() time.Time
 	configFunc func(config *Config) // last changes to the config
-	skipRiver  bool                 // the store's River is configured already
 }
 
-// setup builds a router on store (whose River client it configures, insert-only) with generous
+// setup builds a router on store (an insert-only River client is enough) with generous
 // rate limits unless opts says otherwise, logging at debug level into bundle.logs.
 func setup(t testing.TB, store db.Store, opts *setupOpts) *testBundle {
 	t.Helper()
 	if opts == nil {
 		opts = &setupOpts{}
-	}
-	if !opts.skipRiver {
-		dbtest.ConfigureRiver(t, store, &river.Config{})
 	}
 	rules := generousRules()
 	if opts.rules != nil {
@@ -326,7 +322,7 @@ func jobCount(t testing.TB, store db.Store, kind string) int {
 	if kind != "" {
 		params = params.Kinds(kind)
 	}
-	result, err := store.River().JobList(context.Background(), params)
+	result, err := store.Jobs().JobList(context.Background(), params)
 	require.NoError(t, err)
 	return len(result.Jobs)
 }

@@ -17,7 +17,7 @@ import (
 	"github.com/postguard/postguard/jobs"
 )
 
-// Field limits of DESIGN.md's HTTP contract, counted in Unicode code points.
+// Field limits of the HTTP API (docs/api.md), counted in Unicode code points.
 const (
 	minPasswordLen = 8
 	maxPasswordLen = 256
@@ -76,7 +76,7 @@ func (s *server) register(c *gin.Context) error {
 		return err
 	}
 	var user *db.User
-	err = s.store.InTx(ctx, func(ctx context.Context, tx db.Queries) error {
+	err = s.store.InTx(ctx, func(ctx context.Context, tx db.Tx) error {
 		var err error
 		user, err = tx.UserInsert(ctx, &db.UserInsertParams{Email: email, Name: name, PasswordHash: hash, Now: s.now()})
 		if err != nil {
@@ -102,7 +102,7 @@ func (s *server) register(c *gin.Context) error {
 // forgotPassword enqueues a password reset email when the email belongs to an account. The
 // answer is 202 with a constant body either way (see uniformAnswer).
 func (s *server) forgotPassword(c *gin.Context) error {
-	return s.uniformAnswer(c, abuse.ActionForgotPassword, forgotPasswordAnswer, func(ctx context.Context, tx db.Queries, user *db.User) error {
+	return s.uniformAnswer(c, abuse.ActionForgotPassword, forgotPasswordAnswer, func(ctx context.Context, tx db.Tx, user *db.User) error {
 		if _, err := tx.JobInsert(ctx, jobs.PasswordResetEmailArgs{UserID: user.ID}, nil); err != nil {
 			return fmt.Errorf("error inserting password reset email job: %w", err)
 		}
@@ -113,7 +113,7 @@ func (s *server) forgotPassword(c *gin.Context) error {
 // resendVerification enqueues a verification email when the email belongs to an account not
 // verified yet. The answer is 202 with a constant body either way (see uniformAnswer).
 func (s *server) resendVerification(c *gin.Context) error {
-	return s.uniformAnswer(c, abuse.ActionResendVerification, resendVerificationAnswer, func(ctx context.Context, tx db.Queries, user *db.User) error {
+	return s.uniformAnswer(c, abuse.ActionResendVerification, resendVerificationAnswer, func(ctx context.Context, tx db.Tx, user *db.User) error {
 		if user.EmailVerifiedAt != nil {
 			return nil
 		}
@@ -137,7 +137,7 @@ func (s *server) resendVerification(c *gin.Context) error {
 // transaction because most requests of a flood are for unknown emails: they then cost one round
 // trip instead of three (BEGIN, SELECT, COMMIT). ifFound reads the user again inside the
 // transaction when it needs a consistent view.
-func (s *server) uniformAnswer(c *gin.Context, action abuse.Action, answer []byte, ifFound func(ctx context.Context, tx db.Queries, user *db.User) error) error {
+func (s *server) uniformAnswer(c *gin.Context, action abuse.Action, answer []byte, ifFound func(ctx context.Context, tx db.Tx, user *db.User) error) error {
 	start := time.Now()
 	if _, err := bodyKindOf(c, false); err != nil {
 		return err
@@ -167,7 +167,7 @@ func (s *server) uniformAnswer(c *gin.Context, action abuse.Action, answer []byt
 		case err != nil:
 			err = fmt.Errorf("error looking up user: %w", err)
 		default:
-			err = s.store.InTx(ctx, func(ctx context.Context, tx db.Queries) error {
+			err = s.store.InTx(ctx, func(ctx context.Context, tx db.Tx) error {
 				return ifFound(ctx, tx, user)
 			})
 		}

@@ -23,7 +23,7 @@ import (
 func TestServer_Register(t *testing.T) {
 	t.Parallel()
 
-	dbtest.Engines(t, func(t *testing.T, newStore func(t *testing.T) db.Store) {
+	dbtest.Engines(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
 		t.Run("CreatesUserAndJobs", func(t *testing.T) {
 			t.Parallel()
 			bundle := setup(t, newStore(t), nil)
@@ -49,7 +49,7 @@ func TestServer_Register(t *testing.T) {
 			require.True(t, ok)
 
 			for _, kind := range []string{"welcome_email", "verification_email"} {
-				result, err := bundle.store.River().JobList(t.Context(), river.NewJobListParams().Kinds(kind))
+				result, err := bundle.store.Jobs().JobList(t.Context(), river.NewJobListParams().Kinds(kind))
 				require.NoError(t, err)
 				require.Len(t, result.Jobs, 1, kind)
 				require.JSONEq(t, `{"user_id":`+itoa(resp.ID)+`}`, string(result.Jobs[0].EncodedArgs), kind)
@@ -91,9 +91,8 @@ func TestServer_Register(t *testing.T) {
 		t.Run("FailureInTransactionLeavesNothing", func(t *testing.T) {
 			t.Parallel()
 			store := newStore(t)
-			dbtest.ConfigureRiver(t, store, &river.Config{})
 			failing := &failingStore{Store: store, failJobInsert: 2}
-			bundle := setup(t, failing, &setupOpts{skipRiver: true})
+			bundle := setup(t, failing, nil)
 
 			rec := serve(t, bundle.router, jsonRequest(t, "/v1/auth/register", map[string]string{"email": "tx@example.com", "password": "correct horse battery"}))
 			problem := decodeProblem(t, rec, http.StatusInternalServerError)
@@ -113,23 +112,23 @@ type failingStore struct {
 	failJobInsert int
 }
 
-func (s *failingStore) InTx(ctx context.Context, fn func(ctx context.Context, tx db.Queries) error) error {
-	return s.Store.InTx(ctx, func(ctx context.Context, tx db.Queries) error {
-		return fn(ctx, &failingQueries{Queries: tx, failAt: s.failJobInsert})
+func (s *failingStore) InTx(ctx context.Context, fn func(ctx context.Context, tx db.Tx) error) error {
+	return s.Store.InTx(ctx, func(ctx context.Context, tx db.Tx) error {
+		return fn(ctx, &failingTx{Tx: tx, failAt: s.failJobInsert})
 	})
 }
 
-type failingQueries struct {
-	db.Queries
+type failingTx struct {
+	db.Tx
 	n, failAt int
 }
 
-func (q *failingQueries) JobInsert(ctx context.Context, args river.JobArgs, opts *river.InsertOpts) (*rivertype.JobInsertResult, error) {
+func (q *failingTx) JobInsert(ctx context.Context, args river.JobArgs, opts *river.InsertOpts) (*rivertype.JobInsertResult, error) {
 	q.n++
 	if q.n == q.failAt {
 		return nil, errors.New("injected job insert failure")
 	}
-	return q.Queries.JobInsert(ctx, args, opts)
+	return q.Tx.JobInsert(ctx, args, opts)
 }
 
 func TestServer_BadInput(t *testing.T) {
@@ -182,7 +181,7 @@ func TestServer_BadInput(t *testing.T) {
 		{"UnsubscribeJSON", "/v1/unsubscribe?token=x", mediaJSON, `{}`, 415},
 	}
 
-	dbtest.Engines(t, func(t *testing.T, newStore func(t *testing.T) db.Store) {
+	dbtest.Engines(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
 		bundle := setup(t, newStore(t), nil)
 
 		for _, tt := range cases {
@@ -230,7 +229,7 @@ func TestServer_EmailKeyIsNormalised(t *testing.T) {
 	rules := generousRules().
 		With(abuse.Rule{Action: abuse.ActionRegister, Scope: abuse.ScopeEmail, Limit: 1, Window: time.Hour}).
 		With(abuse.Rule{Action: abuse.ActionForgotPassword, Scope: abuse.ScopeEmail, Limit: 1, Window: time.Hour})
-	dbtest.Engines(t, func(t *testing.T, newStore func(t *testing.T) db.Store) {
+	dbtest.Engines(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
 		bundle := setup(t, newStore(t), &setupOpts{rules: &rules})
 
 		rec := serve(t, bundle.router, jsonRequest(t, "/v1/auth/register", map[string]string{"email": "  Jos\u0065\u0301@Example.com ", "password": "correct horse battery"}))
@@ -274,7 +273,7 @@ func TestServer_UniformAnswers(t *testing.T) {
 		return rec.Code, h, rec.Body.String(), elapsed
 	}
 
-	dbtest.Engines(t, func(t *testing.T, newStore func(t *testing.T) db.Store) {
+	dbtest.Engines(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
 		t.Run("ForgotPassword", func(t *testing.T) {
 			t.Parallel()
 			bundle := setup(t, newStore(t), &setupOpts{limiterNow: nowFunc})
@@ -313,7 +312,7 @@ func TestServer_UniformAnswers(t *testing.T) {
 			require.GreaterOrEqual(t, elapsed3, uniformAnswerMin)
 
 			// Only the unverified user got a verification email.
-			result, err := bundle.store.River().JobList(t.Context(), river.NewJobListParams().Kinds("verification_email"))
+			result, err := bundle.store.Jobs().JobList(t.Context(), river.NewJobListParams().Kinds("verification_email"))
 			require.NoError(t, err)
 			require.Len(t, result.Jobs, 1)
 			unverified, err := bundle.store.UserGetByEmail(t.Context(), "unverified@example.com")

@@ -14,7 +14,7 @@ import (
 
 	"github.com/postguard/postguard/db"
 	"github.com/postguard/postguard/db/dbtest"
-	"github.com/postguard/postguard/jobs/tokens"
+	"github.com/postguard/postguard/tokens"
 )
 
 // benchEngines are the stores the benchmarks run on.

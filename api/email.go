@@ -41,7 +41,7 @@ var emailDomains = idna.New(
 // that net/mail.ParseAddress reads back unchanged (so no display name, angle brackets, comments
 // or quoting). It returns ErrInvalidEmail otherwise.
 //
-// Lower-casing the local part is a deliberate simplification (DESIGN.md): two spellings of one
+// Lower-casing the local part is a deliberate simplification (docs/api.md): two spellings of one
 // mailbox must not make two accounts or two rate-limit buckets.
 func NormalizeEmail(s string) (string, error) {
 	if !utf8.ValidString(s) {

@@ -14,7 +14,6 @@ import (
 	"golang.org/x/text/unicode/norm"
 
 	"github.com/postguard/postguard/api/abuse"
-	"github.com/postguard/postguard/db"
 	"github.com/postguard/postguard/db/dbtest"
 )
 
@@ -163,7 +162,7 @@ func TestServer_EmailDomainTwinsAreOneAccount(t *testing.T) {
 		return serve(t, router, req)
 	}
 
-	dbtest.Engines(t, func(t *testing.T, newStore func(t *testing.T) db.Store) {
+	dbtest.Engines(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
 		t.Run("OneAccount", func(t *testing.T) {
 			t.Parallel()
 			bundle := setup(t, newStore(t), nil)

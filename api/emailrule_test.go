@@ -48,19 +48,22 @@ type mailWorkers struct {
 	events <-chan *river.Event
 }
 
-// startMailWorkers configures and starts River on store with the service's own workers
-// (jobs.NewRiverConfig), stopped when t ends.
-func startMailWorkers(t *testing.T, store db.Store) *mailWorkers {
+// startMailWorkers builds a store whose River client runs the service's own workers
+// (jobs.NewRiverConfig), and starts it, stopped when t ends.
+func startMailWorkers(t *testing.T, newStore dbtest.NewStoreFunc) *mailWorkers {
 	t.Helper()
 	sender := &recordingSender{}
-	riverConfig, err := jobs.NewRiverConfig(
-		&jobs.Deps{Store: store, Sender: sender, Logger: dbtest.Logger(t)},
-		&jobs.Config{Secret: testSecret, AppURL: "http://localhost:8080", FetchCooldown: 5 * time.Millisecond, FetchPollInterval: 50 * time.Millisecond})
-	require.NoError(t, err)
-	riverConfig.PeriodicJobs = nil
-	dbtest.ConfigureRiver(t, store, riverConfig)
+	store := newStore(t, dbtest.WithRiverConfig(func(store db.Store) (*river.Config, error) {
+		riverConfig, err := jobs.NewRiverConfig(
+			&jobs.Deps{Store: store, Sender: sender, Logger: dbtest.Logger(t)},
+			&jobs.Config{Secret: testSecret, AppURL: "http://localhost:8080", FetchCooldown: 5 * time.Millisecond, FetchPollInterval: 50 * time.Millisecond})
+		if err == nil {
+			riverConfig.PeriodicJobs = nil
+		}
+		return riverConfig, err
+	}))
 
-	client := store.River()
+	client := store.Jobs()
 	events, cancel := client.Subscribe(river.EventKindJobCompleted, river.EventKindJobFailed, river.EventKindJobCancelled)
 	require.NoError(t, client.Start(context.Background()))
 	t.Cleanup(func() {
@@ -81,7 +84,7 @@ func (w *mailWorkers) drain(t *testing.T, kind string) {
 	timeout := time.NewTimer(20 * time.Second)
 	defer timeout.Stop()
 	for {
-		result, err := w.store.River().JobList(t.Context(), river.NewJobListParams().Kinds(kind).States(
+		result, err := w.store.Jobs().JobList(t.Context(), river.NewJobListParams().Kinds(kind).States(
 			rivertype.JobStateAvailable, rivertype.JobStatePending, rivertype.JobStateRetryable,
 			rivertype.JobStateRunning, rivertype.JobStateScheduled))
 		require.NoError(t, err)
@@ -117,10 +120,10 @@ func TestServer_EmailRuleRefusalAnswersLikeAdmission(t *testing.T) {
 		*testBundle
 		workers *mailWorkers
 	}
-	setupQuiet := func(t *testing.T, store db.Store) *quietBundle {
+	setupQuiet := func(t *testing.T, newStore dbtest.NewStoreFunc) *quietBundle {
 		t.Helper()
-		workers := startMailWorkers(t, store)
-		return &quietBundle{setup(t, store, &setupOpts{rules: &rules, limiterNow: nowFunc, skipRiver: true}), workers}
+		workers := startMailWorkers(t, newStore)
+		return &quietBundle{setup(t, workers.store, &setupOpts{rules: &rules, limiterNow: nowFunc}), workers}
 	}
 
 	// send posts email to path from ip, works what it enqueued, and returns its answer.
@@ -157,10 +160,10 @@ func TestServer_EmailRuleRefusalAnswersLikeAdmission(t *testing.T) {
 		require.Empty(t, answers[0].header.Get("Retry-After"))
 	}
 
-	dbtest.Engines(t, func(t *testing.T, newStore func(t *testing.T) db.Store) {
+	dbtest.Engines(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
 		t.Run("ForgotPassword", func(t *testing.T) {
 			t.Parallel()
-			b := setupQuiet(t, newStore(t))
+			b := setupQuiet(t, newStore)
 			insertUser(t, b.store, "known@example.com", false)
 
 			// Five requests for one address, from five IPs: the email rule admits three and
@@ -190,7 +193,7 @@ func TestServer_EmailRuleRefusalAnswersLikeAdmission(t *testing.T) {
 
 		t.Run("ResendVerification", func(t *testing.T) {
 			t.Parallel()
-			b := setupQuiet(t, newStore(t))
+			b := setupQuiet(t, newStore)
 			insertUser(t, b.store, "unverified@example.com", false)
 			insertUser(t, b.store, "verified@example.com", true)
 
@@ -211,7 +214,7 @@ func TestServer_EmailRuleRefusalAnswersLikeAdmission(t *testing.T) {
 
 		t.Run("IPRuleStillRefuses", func(t *testing.T) {
 			t.Parallel()
-			b := setupQuiet(t, newStore(t))
+			b := setupQuiet(t, newStore)
 
 			// The client's own budget is its to know: the sixth request from one IP is a 429.
 			for i := range 5 {

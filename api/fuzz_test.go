@@ -7,7 +7,6 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/require"
 
 	"github.com/postguard/postguard/api/abuse"
@@ -24,7 +23,6 @@ func FuzzDecodeRegister(f *testing.F) {
 	f.Add([]byte(`{"email":`))
 
 	store := dbtest.NewSQLite(f)
-	dbtest.ConfigureRiver(f, store, &river.Config{})
 	limiter := abuse.NewLimiter(store, testSecret, generousRules(), nil)
 	router, err := New(&Config{
 		Store:           store,
@@ -53,7 +51,6 @@ func FuzzDecodeRegister(f *testing.F) {
 func newFuzzRouter(f *testing.F) http.Handler {
 	f.Helper()
 	store := dbtest.NewSQLite(f)
-	dbtest.ConfigureRiver(f, store, &river.Config{})
 	router, err := New(&Config{
 		Store:           store,
 		Limiter:         abuse.NewLimiter(store, testSecret, generousRules(), nil),

@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -18,14 +17,12 @@ import (
 	"github.com/postguard/postguard/api/abuse"
 	"github.com/postguard/postguard/db"
 	"github.com/postguard/postguard/db/dbtest"
-	"github.com/postguard/postguard/db/postgres"
-	"github.com/postguard/postguard/db/sqlite"
 )
 
 func TestServer_Health(t *testing.T) {
 	t.Parallel()
 
-	dbtest.Engines(t, func(t *testing.T, newStore func(t *testing.T) db.Store) {
+	dbtest.Engines(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
 		t.Run("Up", func(t *testing.T) {
 			t.Parallel()
 			bundle := setup(t, newStore(t), nil)
@@ -62,18 +59,16 @@ func TestServer_Health(t *testing.T) {
 	})
 }
 
-// closedStore opens a store of engine and closes it, so its Ping fails.
+// closedStore opens a store of engine and closes it, so its Ready fails.
 func closedStore(t *testing.T, engine string) db.Store {
 	t.Helper()
 	var store db.Store
-	var err error
 	if engine == "postgres" {
-		store, err = postgres.New(t.Context(), dbtest.PostgresURL(t), nil)
+		store = dbtest.NewPostgres(t)
 	} else {
-		store, err = sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "closed.db"), nil)
+		store = dbtest.NewSQLite(t)
 	}
-	require.NoError(t, err)
-	require.NoError(t, store.Ping(t.Context()))
+	require.NoError(t, store.Ready(t.Context()))
 	require.NoError(t, store.Close())
 	return store
 }
@@ -109,7 +104,7 @@ func TestNew_Config(t *testing.T) {
 		"Nil":                 nil,
 		"NoStore":             {Limiter: limiter, Secret: testSecret},
 		"NoLimiter":           {Store: store, Secret: testSecret},
-		"ShortSecret":         {Store: store, Limiter: limiter, Secret: []byte("short")},
+		"NoSecret":            {Store: store, Limiter: limiter},
 		"AppURLNotAbsolute":   {Store: store, Limiter: limiter, Secret: testSecret, AppURL: "example.com/app"},
 		"RiverUIWithoutLimit": {Store: store, Limiter: noLoginRule, Secret: testSecret, RiverUI: http.NotFoundHandler(), RiverUIUsername: "u", RiverUIPassword: "p"},
 	} {

@@ -13,7 +13,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/stretchr/testify/require"
 
-	"github.com/postguard/postguard/jobs/tokens"
+	"github.com/postguard/postguard/tokens"
 )
 
 func TestRouter_RequestID(t *testing.T) {

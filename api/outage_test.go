@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/postguard/postguard/db"
 	"github.com/postguard/postguard/db/dbtest"
 	"github.com/postguard/postguard/db/sqlite"
 )
@@ -41,7 +42,9 @@ func TestServer_SQLiteBusy(t *testing.T) {
 
 	ctx := t.Context()
 	path := filepath.Join(t.TempDir(), "busy.db")
-	store, err := sqlite.Open(ctx, path, &sqlite.Config{Logger: dbtest.Logger(t), BusyTimeout: 50 * time.Millisecond})
+	engine, err := sqlite.NewEngine(ctx, path, &sqlite.Config{Logger: dbtest.Logger(t), BusyTimeout: 50 * time.Millisecond})
+	require.NoError(t, err)
+	store, err := db.NewStore(engine, &db.StoreConfig{Logger: dbtest.Logger(t)})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, store.Close()) })
 	require.NoError(t, store.Migrate(ctx))
@@ -83,11 +86,11 @@ func TestServer_SQLiteFull(t *testing.T) {
 
 	// No free pages (migrations drop tables, which leaves some), then max_page_count at the
 	// file's size: max_page_count belongs to the connection, and the store has exactly one.
-	_, err := store.DB().ExecContext(ctx, "VACUUM")
+	_, err := store.SQLite.DB().ExecContext(ctx, "VACUUM")
 	require.NoError(t, err)
 	var pages int64
-	require.NoError(t, store.DB().QueryRowContext(ctx, "PRAGMA page_count").Scan(&pages))
-	_, err = store.DB().ExecContext(ctx, fmt.Sprintf("PRAGMA max_page_count = %d", pages))
+	require.NoError(t, store.SQLite.DB().QueryRowContext(ctx, "PRAGMA page_count").Scan(&pages))
+	_, err = store.SQLite.DB().ExecContext(ctx, fmt.Sprintf("PRAGMA max_page_count = %d", pages))
 	require.NoError(t, err)
 
 	requireOutage(t, bundle, serve(t, bundle.router, httptest.NewRequest(http.MethodGet, "/readyz", nil)))
@@ -105,7 +108,7 @@ func TestServer_SQLiteFull(t *testing.T) {
 	require.True(t, full, "1000 registrations fitted in a database that cannot grow")
 	require.Contains(t, bundle.logs.String(), "database or disk is full (13)")
 
-	_, err = store.DB().ExecContext(ctx, fmt.Sprintf("PRAGMA max_page_count = %d", 1<<30))
+	_, err = store.SQLite.DB().ExecContext(ctx, fmt.Sprintf("PRAGMA max_page_count = %d", 1<<30))
 	require.NoError(t, err)
 	register(t, bundle.router, uniqueEmail("after"))
 	require.Equal(t, http.StatusOK, serve(t, bundle.router, httptest.NewRequest(http.MethodGet, "/readyz", nil)).Code)

@@ -10,11 +10,9 @@ import (
 	"strings"
 
 	"golang.org/x/crypto/argon2"
-
-	"github.com/postguard/postguard/api/argon2id"
 )
 
-// argon2id parameters: OWASP's first recommended set (m=19 MiB, t=2, p=1), DESIGN.md's floor.
+// argon2id parameters: OWASP's first recommended set (m=19 MiB, t=2, p=1), postguard's floor.
 const (
 	argonMemoryKiB = 19 * 1024
 	argonTime      = 2
@@ -31,19 +29,16 @@ type PasswordHasher interface {
 	Hash(ctx context.Context, password string) (string, error)
 }
 
-// passwordHasher hashes passwords with argon2id, at most n at a time: each hash holds 19 MiB
-// for tens of milliseconds, so an unbounded burst of registrations could exhaust memory.
-// Waiters queue on the semaphore (a request whose client leaves stops waiting). The n working
-// buffers are kept and reused (api/argon2id): allocating 19 MiB per hash made the garbage
-// collector and page faults the largest cost of a registration after the hash itself.
+// passwordHasher hashes passwords with argon2id (golang.org/x/crypto/argon2), at most n at a
+// time: each hash holds 19 MiB for tens of milliseconds, so an unbounded burst of registrations
+// could exhaust memory. Waiters queue on the semaphore (a request whose client leaves stops
+// waiting).
 type passwordHasher struct {
-	sem  chan struct{}
-	bufs chan *argon2id.Buffer // free buffers; at most n exist, as at most n hashes run
+	sem chan struct{}
 }
 
 func newPasswordHasher(n int) *passwordHasher {
-	n = max(n, 1)
-	return &passwordHasher{sem: make(chan struct{}, n), bufs: make(chan *argon2id.Buffer, n)}
+	return &passwordHasher{sem: make(chan struct{}, max(n, 1))}
 }
 
 // Hash returns the PHC string of password under a fresh random salt:
@@ -57,17 +52,9 @@ func (h *passwordHasher) Hash(ctx context.Context, password string) (string, err
 	}
 	defer func() { <-h.sem }()
 
-	var buf *argon2id.Buffer
-	select {
-	case buf = <-h.bufs:
-	default:
-		buf = new(argon2id.Buffer)
-	}
-	defer func() { h.bufs <- buf }() // never blocks: no more than cap(bufs) hashes hold one
-
 	salt := make([]byte, argonSaltLen)
 	_, _ = rand.Read(salt) // crypto/rand.Read never fails (Go 1.24+)
-	key := buf.IDKey([]byte(password), salt, argonTime, argonMemoryKiB, argonThreads, argonKeyLen)
+	key := argon2.IDKey([]byte(password), salt, argonTime, argonMemoryKiB, argonThreads, argonKeyLen)
 	return fmt.Sprintf("$argon2id$v=%d$m=%d,t=%d,p=%d$%s$%s",
 		argon2.Version, argonMemoryKiB, argonTime, argonThreads,
 		base64.RawStdEncoding.EncodeToString(salt), base64.RawStdEncoding.EncodeToString(key)), nil

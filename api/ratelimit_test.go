@@ -11,13 +11,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/require"
 
 	"github.com/postguard/postguard/api/abuse"
 	"github.com/postguard/postguard/db"
 	"github.com/postguard/postguard/db/dbtest"
-	"github.com/postguard/postguard/db/postgres"
 )
 
 // registerIPRules limits register to limit per IP per 15 minutes, and nothing else tightly.
@@ -81,7 +79,7 @@ func requireBurstOutcome(t *testing.T, recs []*httptest.ResponseRecorder, limit 
 func TestServer_RateLimitConcurrent(t *testing.T) {
 	t.Parallel()
 
-	dbtest.Engines(t, func(t *testing.T, newStore func(t *testing.T) db.Store) {
+	dbtest.Engines(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
 		bundle := setup(t, newStore(t), &setupOpts{rules: registerIPRules(5)})
 
 		recs := burst(t, []http.Handler{bundle.router}, 50)
@@ -98,11 +96,8 @@ func TestServer_RateLimitConcurrentTwoRouters(t *testing.T) {
 	var routers []http.Handler
 	var first db.Store
 	for range 2 {
-		store, err := postgres.New(t.Context(), databaseURL, &postgres.Config{Logger: dbtest.Logger(t)})
-		require.NoError(t, err)
-		t.Cleanup(func() { require.NoError(t, store.Close()) })
-		dbtest.ConfigureRiver(t, store, &river.Config{})
-		bundle := setup(t, store, &setupOpts{rules: registerIPRules(5), skipRiver: true})
+		store := dbtest.OpenPostgres(t, databaseURL)
+		bundle := setup(t, store, &setupOpts{rules: registerIPRules(5)})
 		routers = append(routers, bundle.router)
 		if first == nil {
 			first = store

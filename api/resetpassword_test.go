@@ -15,7 +15,7 @@ import (
 	"github.com/postguard/postguard/api/abuse"
 	"github.com/postguard/postguard/db"
 	"github.com/postguard/postguard/db/dbtest"
-	"github.com/postguard/postguard/jobs/tokens"
+	"github.com/postguard/postguard/tokens"
 )
 
 // gatedHasher is a PasswordHasher that counts its callers and holds each one until gate is
@@ -53,7 +53,7 @@ func resetRequest(t testing.TB, token, ip string) *http.Request {
 func TestServer_ResetPasswordLooksTokenUpFirst(t *testing.T) {
 	t.Parallel()
 
-	dbtest.Engines(t, func(t *testing.T, newStore func(t *testing.T) db.Store) {
+	dbtest.Engines(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
 		hasher := newGatedHasher()
 		b := setup(t, newStore(t), &setupOpts{configFunc: func(config *Config) {
 			config.PasswordHasher = hasher
@@ -116,7 +116,7 @@ func TestServer_ResetPasswordRateLimited(t *testing.T) {
 	now := time.Now()
 	rules := generousRules().With(abuse.Rule{Action: abuse.ActionResetPassword, Scope: abuse.ScopeIP, Limit: 10, Window: 15 * time.Minute})
 
-	dbtest.Engines(t, func(t *testing.T, newStore func(t *testing.T) db.Store) {
+	dbtest.Engines(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
 		b := setup(t, newStore(t), &setupOpts{rules: &rules, limiterNow: func() time.Time { return now }})
 		user := insertUser(t, b.store, uniqueEmail("limit"), false)
 		genuine := tokens.New()

@@ -12,13 +12,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/require"
 
 	"github.com/postguard/postguard/api/abuse"
 	"github.com/postguard/postguard/db"
 	"github.com/postguard/postguard/db/dbtest"
-	"github.com/postguard/postguard/db/postgres"
 )
 
 const (
@@ -213,7 +211,7 @@ func TestServer_RiverUILoginLimit(t *testing.T) {
 		return serve(t, router, req)
 	}
 
-	dbtest.Engines(t, func(t *testing.T, newStore func(t *testing.T) db.Store) {
+	dbtest.Engines(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
 		stub := &riverUIStub{}
 		bundle := setup(t, newStore(t), &setupOpts{rules: &rules, limiterNow: now, configFunc: withRiverUI(stub)})
 		const guesser, colleague = "198.51.100.20:4000", "198.51.100.21:4000"
@@ -278,11 +276,8 @@ func TestServer_RiverUILoginLimit(t *testing.T) {
 		databaseURL := dbtest.PostgresURL(t)
 		var routers []http.Handler
 		for range 2 {
-			store, err := postgres.New(t.Context(), databaseURL, &postgres.Config{Logger: dbtest.Logger(t)})
-			require.NoError(t, err)
-			t.Cleanup(func() { require.NoError(t, store.Close()) })
-			dbtest.ConfigureRiver(t, store, &river.Config{})
-			routers = append(routers, setup(t, store, &setupOpts{rules: &rules, skipRiver: true, configFunc: withRiverUI(&riverUIStub{})}).router)
+			store := dbtest.OpenPostgres(t, databaseURL)
+			routers = append(routers, setup(t, store, &setupOpts{rules: &rules, configFunc: withRiverUI(&riverUIStub{})}).router)
 		}
 		const guesser = "198.51.100.30:4000"
 		for i := range 10 {

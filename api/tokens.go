@@ -10,7 +10,7 @@ import (
 
 	"github.com/postguard/postguard/api/abuse"
 	"github.com/postguard/postguard/db"
-	"github.com/postguard/postguard/jobs/tokens"
+	"github.com/postguard/postguard/tokens"
 )
 
 type tokenRequest struct {
@@ -77,7 +77,7 @@ func (s *server) verifyEmail(c *gin.Context) error {
 		return errInvalidToken
 	}
 
-	err = s.store.InTx(c.Request.Context(), func(ctx context.Context, tx db.Queries) error {
+	err = s.store.InTx(c.Request.Context(), func(ctx context.Context, tx db.Tx) error {
 		now := s.now()
 		userID, err := tx.EmailTokenConsume(ctx, tokens.Hash(token), db.TokenPurposeVerify, now)
 		if err != nil {
@@ -165,7 +165,7 @@ func (s *server) resetPassword(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
-	err = s.store.InTx(ctx, func(ctx context.Context, tx db.Queries) error {
+	err = s.store.InTx(ctx, func(ctx context.Context, tx db.Tx) error {
 		now := s.now()
 		userID, err := tx.EmailTokenConsume(ctx, tokenHash, db.TokenPurposeReset, now)
 		if err != nil {

@@ -14,7 +14,7 @@ import (
 
 	"github.com/postguard/postguard/db"
 	"github.com/postguard/postguard/db/dbtest"
-	"github.com/postguard/postguard/jobs/tokens"
+	"github.com/postguard/postguard/tokens"
 )
 
 // tokenJobSeq numbers the jobs that insertToken's tokens pretend to come from (one token a job).
@@ -60,7 +60,7 @@ func getUser(t testing.TB, store db.Store, id int64) *db.User {
 func TestServer_VerifyEmail(t *testing.T) {
 	t.Parallel()
 
-	dbtest.Engines(t, func(t *testing.T, newStore func(t *testing.T) db.Store) {
+	dbtest.Engines(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
 		type bundleWithUser struct {
 			*testBundle
 			user *db.User
@@ -168,7 +168,7 @@ func TestServer_ResetPassword(t *testing.T) {
 
 	const newPassword = "brand new password"
 
-	dbtest.Engines(t, func(t *testing.T, newStore func(t *testing.T) db.Store) {
+	dbtest.Engines(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
 		type bundleWithUser struct {
 			*testBundle
 			user        *db.User
@@ -275,7 +275,7 @@ func TestServer_Unsubscribe(t *testing.T) {
 
 	oneClick := url.Values{"List-Unsubscribe": {"One-Click"}}
 
-	dbtest.Engines(t, func(t *testing.T, newStore func(t *testing.T) db.Store) {
+	dbtest.Engines(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
 		bundle := setup(t, newStore(t), nil)
 		user := insertUser(t, bundle.store, uniqueEmail("unsub"), false)
 		token := tokens.Unsubscribe(testSecret, user.ID)

@@ -54,7 +54,7 @@ type stalledStore struct {
 	deadline chan time.Time
 }
 
-func (s *stalledStore) InTx(ctx context.Context, _ func(ctx context.Context, tx db.Queries) error) error {
+func (s *stalledStore) InTx(ctx context.Context, _ func(ctx context.Context, tx db.Tx) error) error {
 	deadline, _ := ctx.Deadline()
 	s.deadline <- deadline
 	<-ctx.Done()

@@ -12,7 +12,7 @@ import (
 // BenchmarkStore_RateLimitCounterConsume measures one rate-limit statement, one round trip, on
 // each engine: on fresh keys (an insert) and on one hot key (an update, or a refusal once the key
 // is at its limit). 16 goroutines on two cores, like pgbench -c 16 running the same statement
-// (see README, Performance).
+// (see docs/operations.md, Capacity).
 func BenchmarkStore_RateLimitCounterConsume(b *testing.B) {
 	window := time.Now().Truncate(time.Hour)
 	for _, engine := range []struct {
@@ -28,7 +28,7 @@ func BenchmarkStore_RateLimitCounterConsume(b *testing.B) {
 			b.Run("FreshKeys", func(b *testing.B) {
 				b.SetParallelism(8)
 				b.RunParallel(func(pb *testing.PB) {
-					params := &db.RateLimitCounterConsumeParams{KeyHash: make([]byte, 32), WindowStart: window, WindowEnd: window.Add(time.Hour), Limit: 5}
+					params := &db.RateLimitCounterConsumeParams{KeyHash: make([]byte, 32), WindowStart: window, WindowEnd: window.Add(time.Hour), LimitCount: 5}
 					for pb.Next() {
 						rand.Read(params.KeyHash)
 						if _, _, err := store.RateLimitCounterConsume(b.Context(), params); err != nil {
@@ -43,7 +43,7 @@ func BenchmarkStore_RateLimitCounterConsume(b *testing.B) {
 				rand.Read(key)
 				b.SetParallelism(8)
 				b.RunParallel(func(pb *testing.PB) {
-					params := &db.RateLimitCounterConsumeParams{KeyHash: key, WindowStart: window, WindowEnd: window.Add(time.Hour), Limit: 1 << 40}
+					params := &db.RateLimitCounterConsumeParams{KeyHash: key, WindowStart: window, WindowEnd: window.Add(time.Hour), LimitCount: 1 << 40}
 					for pb.Next() {
 						if _, _, err := store.RateLimitCounterConsume(b.Context(), params); err != nil {
 							b.Fatal(err)

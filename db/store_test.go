@@ -5,12 +5,14 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivermigrate"
 	"github.com/stretchr/testify/require"
 
 	"github.com/postguard/postguard/db"
@@ -56,7 +58,7 @@ func userInsert(ctx context.Context, t *testing.T, queries db.Queries, email str
 func TestStore_EmailToken(t *testing.T) {
 	t.Parallel()
 
-	dbtest.Engines(t, func(t *testing.T, newStore func(t *testing.T) db.Store) {
+	dbtest.Engines(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
 		type testBundle struct {
 			store db.Store
 			user  *db.User
@@ -325,7 +327,7 @@ func TestStore_EmailToken(t *testing.T) {
 				require.Equal(t, bundle.user.ID, userID)
 			}
 			// Inside a transaction too.
-			require.NoError(t, bundle.store.InTx(ctx, func(ctx context.Context, tx db.Queries) error {
+			require.NoError(t, bundle.store.InTx(ctx, func(ctx context.Context, tx db.Tx) error {
 				userID, err := tx.EmailTokenLookup(ctx, tokenHash("tok"), db.TokenPurposeReset, now)
 				require.Equal(t, bundle.user.ID, userID)
 				return err
@@ -390,7 +392,7 @@ func TestStore_EmailToken(t *testing.T) {
 func TestStore_EmailMessage(t *testing.T) {
 	t.Parallel()
 
-	dbtest.Engines(t, func(t *testing.T, newStore func(t *testing.T) db.Store) {
+	dbtest.Engines(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
 		insert := func(ctx context.Context, t *testing.T, store db.Store, jobID int64, key string, at time.Time) *db.EmailMessage {
 			t.Helper()
 
@@ -435,7 +437,7 @@ func TestStore_EmailMessage(t *testing.T) {
 			insert(ctx, t, store, 42, "k1", now)
 
 			// Inside a transaction, which stays usable after the refusal.
-			err := store.InTx(ctx, func(ctx context.Context, tx db.Queries) error {
+			err := store.InTx(ctx, func(ctx context.Context, tx db.Tx) error {
 				_, err := tx.EmailMessageInsert(ctx, &db.EmailMessageInsertParams{JobID: 42, Kind: "welcome_email", UserID: 7, IdempotencyKey: "k2", Now: now})
 				require.ErrorIs(t, err, db.ErrExists)
 				_, err = tx.EmailMessageGetByJob(ctx, 42)
@@ -518,13 +520,11 @@ func TestStore_EmailMessage(t *testing.T) {
 func TestStore_InTx(t *testing.T) {
 	t.Parallel()
 
-	dbtest.Engines(t, func(t *testing.T, newStore func(t *testing.T) db.Store) {
+	dbtest.Engines(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
 		setup := func(t *testing.T) (db.Store, context.Context) {
 			t.Helper()
 
-			store := newStore(t)
-			dbtest.ConfigureRiver(t, store, nil)
-			return store, t.Context()
+			return newStore(t), t.Context()
 		}
 
 		t.Run("Commit", func(t *testing.T) {
@@ -533,7 +533,7 @@ func TestStore_InTx(t *testing.T) {
 			store, ctx := setup(t)
 
 			var user *db.User
-			require.NoError(t, store.InTx(ctx, func(ctx context.Context, tx db.Queries) error {
+			require.NoError(t, store.InTx(ctx, func(ctx context.Context, tx db.Tx) error {
 				user = userInsert(ctx, t, tx, "ada@example.com")
 				_, err := tx.JobInsert(ctx, testJobArgs{UserID: user.ID}, nil)
 				return err
@@ -543,7 +543,7 @@ func TestStore_InTx(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, user.ID, got.ID)
 
-			jobs, err := store.River().JobList(ctx, river.NewJobListParams())
+			jobs, err := store.Jobs().JobList(ctx, river.NewJobListParams())
 			require.NoError(t, err)
 			require.Len(t, jobs.Jobs, 1)
 			require.Equal(t, "store_test", jobs.Jobs[0].Kind)
@@ -556,7 +556,7 @@ func TestStore_InTx(t *testing.T) {
 			store, ctx := setup(t)
 			userInsert(ctx, t, store, "ada@example.com")
 
-			require.NoError(t, store.InTx(ctx, func(ctx context.Context, tx db.Queries) error {
+			require.NoError(t, store.InTx(ctx, func(ctx context.Context, tx db.Tx) error {
 				_, err := tx.UserInsert(ctx, &db.UserInsertParams{Email: "ada@example.com", Now: now, PasswordHash: "hash"})
 				require.ErrorIs(t, err, db.ErrEmailTaken)
 
@@ -575,7 +575,7 @@ func TestStore_InTx(t *testing.T) {
 			store, ctx := setup(t)
 
 			require.PanicsWithValue(t, "boom", func() {
-				_ = store.InTx(ctx, func(ctx context.Context, tx db.Queries) error {
+				_ = store.InTx(ctx, func(ctx context.Context, tx db.Tx) error {
 					userInsert(ctx, t, tx, "ada@example.com")
 					panic("boom")
 				})
@@ -592,7 +592,7 @@ func TestStore_InTx(t *testing.T) {
 			store, ctx := setup(t)
 
 			errBoom := errors.New("boom")
-			err := store.InTx(ctx, func(ctx context.Context, tx db.Queries) error {
+			err := store.InTx(ctx, func(ctx context.Context, tx db.Tx) error {
 				user := userInsert(ctx, t, tx, "ada@example.com")
 				if _, err := tx.JobInsert(ctx, testJobArgs{UserID: user.ID}, nil); err != nil {
 					return err
@@ -604,7 +604,7 @@ func TestStore_InTx(t *testing.T) {
 			_, err = store.UserGetByEmail(ctx, "ada@example.com")
 			require.ErrorIs(t, err, db.ErrNotFound)
 
-			jobs, err := store.River().JobList(ctx, river.NewJobListParams())
+			jobs, err := store.Jobs().JobList(ctx, river.NewJobListParams())
 			require.NoError(t, err)
 			require.Empty(t, jobs.Jobs)
 		})
@@ -614,57 +614,37 @@ func TestStore_InTx(t *testing.T) {
 func TestStore_JobInsert(t *testing.T) {
 	t.Parallel()
 
-	dbtest.Engines(t, func(t *testing.T, newStore func(t *testing.T) db.Store) {
-		t.Run("BeforeConfigureRiver", func(t *testing.T) {
-			t.Parallel()
-
-			store := newStore(t)
-
-			require.Nil(t, store.River())
-			require.Nil(t, store.RiverUIEndpoints())
-			_, err := store.JobInsert(t.Context(), testJobArgs{}, nil)
-			require.Error(t, err)
-		})
-
-		t.Run("ConfigureRiverTwice", func(t *testing.T) {
-			t.Parallel()
-
-			store := newStore(t)
-			dbtest.ConfigureRiver(t, store, nil)
-
-			require.Error(t, store.ConfigureRiver(&river.Config{}))
-		})
-
+	dbtest.Engines(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
 		t.Run("Work", func(t *testing.T) {
 			t.Parallel()
 
 			ctx := t.Context()
-			store := newStore(t)
-
-			workers := river.NewWorkers()
-			river.AddWorker(workers, river.WorkFunc(func(ctx context.Context, job *river.Job[testJobArgs]) error {
-				return nil
+			store := newStore(t, dbtest.WithRiverConfig(func(db.Store) (*river.Config, error) {
+				workers := river.NewWorkers()
+				river.AddWorker(workers, river.WorkFunc(func(ctx context.Context, job *river.Job[testJobArgs]) error {
+					return nil
+				}))
+				return &river.Config{
+					FetchCooldown:     10 * time.Millisecond,
+					FetchPollInterval: 50 * time.Millisecond,
+					Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 1}},
+					Workers:           workers,
+				}, nil
 			}))
-			dbtest.ConfigureRiver(t, store, &river.Config{
-				FetchCooldown:     10 * time.Millisecond,
-				FetchPollInterval: 50 * time.Millisecond,
-				Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 1}},
-				Workers:           workers,
-			})
 
-			completed, cancel := store.River().Subscribe(river.EventKindJobCompleted)
+			completed, cancel := store.Jobs().Subscribe(river.EventKindJobCompleted)
 			t.Cleanup(cancel)
 
-			require.NoError(t, store.River().Start(ctx))
+			require.NoError(t, store.Jobs().Start(ctx))
 			t.Cleanup(func() {
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				defer cancel()
-				require.NoError(t, store.River().Stop(ctx))
+				require.NoError(t, store.Jobs().Stop(ctx))
 			})
 
 			// Inserted in a transaction that commits, then worked.
 			var jobID int64
-			require.NoError(t, store.InTx(ctx, func(ctx context.Context, tx db.Queries) error {
+			require.NoError(t, store.InTx(ctx, func(ctx context.Context, tx db.Tx) error {
 				res, err := tx.JobInsert(ctx, testJobArgs{UserID: 1}, nil)
 				if err == nil {
 					jobID = res.Job.ID
@@ -685,17 +665,52 @@ func TestStore_JobInsert(t *testing.T) {
 
 			ctx := t.Context()
 			store := newStore(t)
-			dbtest.ConfigureRiver(t, store, nil)
 			require.NotNil(t, store.RiverUIEndpoints())
 
 			res, err := store.JobInsert(ctx, testJobArgs{UserID: 7}, &river.InsertOpts{Queue: "email"})
 			require.NoError(t, err)
 
-			job, err := store.River().JobGet(ctx, res.Job.ID)
+			job, err := store.Jobs().JobGet(ctx, res.Job.ID)
 			require.NoError(t, err)
 			require.Equal(t, "store_test", job.Kind)
 			require.Equal(t, "email", job.Queue)
 		})
+	})
+}
+
+func TestStore_Engine(t *testing.T) {
+	t.Parallel()
+
+	dbtest.Engines(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
+		store := newStore(t)
+		require.Equal(t, strings.ToLower(strings.TrimPrefix(t.Name(), "TestStore_Engine/")), store.Engine())
+	})
+}
+
+func TestStore_CheckSchema(t *testing.T) {
+	t.Parallel()
+
+	dbtest.EnginesUnmigrated(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
+		ctx := t.Context()
+		store := newStore(t)
+
+		// River's schema only, as after `river migrate-up`.
+		dbtest.RiverMigrate(t, store, rivermigrate.DirectionUp, nil)
+		err := store.CheckSchema(ctx)
+		require.ErrorIs(t, err, db.ErrSchemaBehind)
+		require.ErrorContains(t, err, "the app's migrations are not applied")
+		require.NotContains(t, err.Error(), "River")
+
+		// Both, then River one step down.
+		require.NoError(t, store.Migrate(ctx))
+		require.NoError(t, store.CheckSchema(ctx))
+		res := dbtest.RiverMigrate(t, store, rivermigrate.DirectionDown, nil)
+		require.Len(t, res.Versions, 1)
+
+		err = store.CheckSchema(ctx)
+		require.ErrorIs(t, err, db.ErrSchemaBehind)
+		require.ErrorContains(t, err, "River's migrations [")
+		require.NotContains(t, err.Error(), "app's")
 	})
 }
 
@@ -705,12 +720,12 @@ func TestStore_Migrate(t *testing.T) {
 	t.Run("Migrated", func(t *testing.T) {
 		t.Parallel()
 
-		dbtest.Engines(t, func(t *testing.T, newStore func(t *testing.T) db.Store) {
+		dbtest.Engines(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
 			ctx := t.Context()
 			store := newStore(t)
 
 			require.NoError(t, store.CheckSchema(ctx))
-			require.NoError(t, store.Ping(ctx))
+			require.NoError(t, store.Ready(ctx))
 
 			// Idempotent.
 			require.NoError(t, store.Migrate(ctx))
@@ -722,7 +737,7 @@ func TestStore_Migrate(t *testing.T) {
 	t.Run("Unmigrated", func(t *testing.T) {
 		t.Parallel()
 
-		dbtest.EnginesUnmigrated(t, func(t *testing.T, newStore func(t *testing.T) db.Store) {
+		dbtest.EnginesUnmigrated(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
 			ctx := t.Context()
 			store := newStore(t)
 
@@ -746,11 +761,11 @@ func TestStore_Migrate(t *testing.T) {
 func TestStore_RateLimitCounter(t *testing.T) {
 	t.Parallel()
 
-	dbtest.Engines(t, func(t *testing.T, newStore func(t *testing.T) db.Store) {
+	dbtest.Engines(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
 		window := func(key string, start time.Time, limit int64) *db.RateLimitCounterConsumeParams {
 			return &db.RateLimitCounterConsumeParams{
 				KeyHash:     tokenHash(key),
-				Limit:       limit,
+				LimitCount:  limit,
 				WindowEnd:   start.Add(15 * time.Minute),
 				WindowStart: start,
 			}
@@ -916,7 +931,7 @@ func TestStore_RateLimitCounter(t *testing.T) {
 func TestStore_SendPacerReserve(t *testing.T) {
 	t.Parallel()
 
-	dbtest.Engines(t, func(t *testing.T, newStore func(t *testing.T) db.Store) {
+	dbtest.Engines(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
 		// Far longer than any test runs, so that the database's clock never catches up with the
 		// schedule and every slot is exactly one interval after the previous one.
 		const interval = time.Hour
@@ -1046,7 +1061,7 @@ func TestStore_SendPacerReserve(t *testing.T) {
 func TestStore_User(t *testing.T) {
 	t.Parallel()
 
-	dbtest.Engines(t, func(t *testing.T, newStore func(t *testing.T) db.Store) {
+	dbtest.Engines(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
 		type testBundle struct {
 			store db.Store
 			user  *db.User

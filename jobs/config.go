@@ -1,7 +1,7 @@
 // Package jobs holds postguard's River jobs: the transactional emails (welcome, verification,
 // password reset) and the periodic prune, their retry policy, the shared send pacer, and
-// NewRiverConfig, which assembles the whole River configuration. The tokens mailed in links are
-// jobs/tokens'.
+// NewRiverConfig, which assembles the whole River configuration of a postguard process. The
+// tokens mailed in links are jobs/tokens'; the mail itself, jobs/mail's.
 package jobs
 
 import (
@@ -10,8 +10,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
-	"net/url"
 	"strings"
 	"time"
 
@@ -22,7 +20,7 @@ import (
 
 	"github.com/postguard/postguard/db"
 	"github.com/postguard/postguard/jobs/mail"
-	"github.com/postguard/postguard/jobs/tokens"
+	"github.com/postguard/postguard/tokens"
 )
 
 // Queues.
@@ -33,7 +31,8 @@ const (
 	QueueMaintenance = "maintenance"
 )
 
-// Defaults of Config, the same as DESIGN.md's environment variables.
+// Defaults of Config, the defaults of the environment variables too
+// (README.md, Configuration).
 const (
 	DefaultEmailWorkers     = 10               // EMAIL_WORKERS
 	DefaultJobTimeout       = 30 * time.Second // JOB_TIMEOUT
@@ -47,13 +46,10 @@ const (
 // not count): with RetryPolicy, about 0, 1, 3, 7 and 15 minutes after the first attempt.
 const EmailMaxAttempts = 5
 
-// MinSecretLen is the shortest Config.Secret accepted (APP_SECRET).
-const MinSecretLen = 32
-
 // Deps are the long-lived collaborators of the jobs.
 type Deps struct {
-	// Store is the database; its River client (Store.River) is used by prune and by the queue
-	// depth metric, so call Store.ConfigureRiver with the result of NewRiverConfig.
+	// Store is the database the workers read and write, and whose River client prune and the
+	// queue depth metric list jobs through.
 	Store db.Store
 	// Sender delivers mail. nil means MAILER=none: the email queue is not worked, and email jobs
 	// stay queued (nothing is lost) until a process with a sender starts.
@@ -64,34 +60,35 @@ type Deps struct {
 	Registerer prometheus.Registerer
 }
 
-// Config configures the jobs. A zero duration or worker count takes its default (the Default*
-// constants); a negative one is an error naming its environment variable.
+// Config configures the jobs. Its values are taken as given, checked by the caller (postguard's
+// own are checked once, where its environment is read); a zero duration or count takes its
+// Default*.
 type Config struct {
-	// Secret is APP_SECRET, at least MinSecretLen bytes: it keys the unsubscribe links' HMACs and,
-	// through HKDF, the sealing of link tokens while their jobs may resend them.
+	// Secret is APP_SECRET: it keys the unsubscribe links' HMACs and, through HKDF, the sealing
+	// of link tokens while their jobs may resend them. Required.
 	Secret []byte
-	// AppURL is the base of the links in mail (APP_URL), http or https, e.g. https://example.com.
+	// AppURL is the base of the links in mail (APP_URL), e.g. https://example.com.
 	AppURL string
 	// EmailWorkers is how many email jobs one process works at once (EMAIL_WORKERS).
 	EmailWorkers int
 	// JobTimeout bounds one attempt of a job (JOB_TIMEOUT).
 	JobTimeout time.Duration
 	// RescueAfter is how long a job may stay running before it is thought abandoned (its worker
-	// died) and retried (JOB_RESCUE_AFTER); must exceed JobTimeout.
+	// died) and retried (JOB_RESCUE_AFTER); it must exceed JobTimeout.
 	RescueAfter time.Duration
-	// JobRetention is how long finished jobs (completed, cancelled, discarded) are kept
-	// (JOB_RETENTION). A welcome job is unique for as long as it is kept.
+	// JobRetention is how long finished jobs (completed, cancelled, discarded) and their message
+	// rows are kept (JOB_RETENTION). A welcome job is unique for as long as it is kept.
 	JobRetention time.Duration
 	// CounterRetention is how long rate-limit counters are kept after their window ends, and
 	// email tokens after they expire (COUNTER_RETENTION).
 	CounterRetention time.Duration
-	// PruneInterval is the period of the prune job (PRUNE_INTERVAL); at least a second.
+	// PruneInterval is the period of the prune job (PRUNE_INTERVAL).
 	PruneInterval time.Duration
 	// MaxRPS is the most sends per second, all worker processes together (RESEND_MAX_RPS);
-	// 0 sends unpaced.
+	// 0 (or a rate so high that its slots would be under a microsecond apart) sends unpaced.
 	MaxRPS float64
 	// FetchCooldown and FetchPollInterval tune River's fetch loop; zero takes River's defaults
-	// (100ms, 1s). Tests shorten them.
+	// (100ms, 1s).
 	FetchCooldown, FetchPollInterval time.Duration
 	// InsertOnly builds a config for a process that inserts jobs but works none (postguard api):
 	// workers registered (so River checks kinds at insert) but no queues and no periodic jobs.
@@ -116,48 +113,63 @@ func (c *Config) withDefaults() *Config {
 	return &out
 }
 
-// Validate reports the first bad value, naming its environment variable. It checks the values
-// as given, with zero meaning the default.
-func (c *Config) Validate() error {
-	if len(c.Secret) < MinSecretLen {
-		return fmt.Errorf("APP_SECRET must be at least %d bytes (got %d): generate one with `openssl rand -hex 32`", MinSecretLen, len(c.Secret))
+// Workers are postguard's River workers, built by NewWorkers for one store and configuration.
+type Workers struct {
+	WelcomeEmail       *WelcomeEmailWorker
+	VerificationEmail  *VerificationEmailWorker
+	PasswordResetEmail *PasswordResetEmailWorker
+	Prune              *PruneWorker
+}
+
+// NewWorkers builds the workers of deps and config. They use deps.Store only when they work a
+// job, so they may be built while the store's River client is (see db.StoreConfig).
+func NewWorkers(deps *Deps, config *Config) (*Workers, error) {
+	if deps == nil || deps.Store == nil {
+		return nil, errors.New("jobs: Deps.Store is required")
 	}
-	u, err := url.Parse(c.AppURL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
-		return fmt.Errorf("APP_URL must be an absolute http(s) URL without query or fragment, like https://example.com (got %q)", c.AppURL)
+	if config == nil {
+		config = &Config{}
 	}
-	if c.EmailWorkers < 0 || c.EmailWorkers > river.QueueNumWorkersMax {
-		return fmt.Errorf("EMAIL_WORKERS must be between 1 and %d (got %d)", river.QueueNumWorkersMax, c.EmailWorkers)
+	config = config.withDefaults()
+
+	sealer, err := tokens.NewSealer(config.Secret)
+	if err != nil {
+		return nil, err
 	}
-	for _, d := range []struct {
-		env   string
-		value time.Duration
-	}{
-		{"JOB_TIMEOUT", c.JobTimeout},
-		{"JOB_RESCUE_AFTER", c.RescueAfter},
-		{"JOB_RETENTION", c.JobRetention},
-		{"COUNTER_RETENTION", c.CounterRetention},
-		{"PRUNE_INTERVAL", c.PruneInterval},
-	} {
-		if d.value < 0 {
-			return fmt.Errorf("%s must be a positive duration like 30s or 1h (got %s)", d.env, d.value)
-		}
+	metrics, err := newMetrics(deps.Registerer)
+	if err != nil {
+		return nil, err
 	}
-	withDefaults := c.withDefaults()
-	if withDefaults.RescueAfter <= withDefaults.JobTimeout {
-		return fmt.Errorf("JOB_RESCUE_AFTER (%s) must exceed JOB_TIMEOUT (%s), or running jobs would be rescued and run twice", withDefaults.RescueAfter, withDefaults.JobTimeout)
+	logger := cmp.Or(deps.Logger, slog.Default())
+
+	m := &mailer{
+		jobTimeout: config.JobTimeout,
+		links:      &linkBuilder{appURL: config.AppURL, secret: config.Secret},
+		logger:     logger,
+		metrics:    metrics,
+		nowFunc:    config.NowFunc,
+		pacer:      newPacer(deps.Store, config.MaxRPS),
+		sealer:     sealer,
+		sender:     deps.Sender,
+		store:      deps.Store,
 	}
-	if withDefaults.PruneInterval < time.Second {
-		return fmt.Errorf("PRUNE_INTERVAL must be at least 1s (got %s)", c.PruneInterval)
-	}
-	if c.MaxRPS < 0 || math.IsNaN(c.MaxRPS) || math.IsInf(c.MaxRPS, 0) {
-		return fmt.Errorf("RESEND_MAX_RPS must be a number of sends per second, 0 for unpaced (got %v)", c.MaxRPS)
-	}
-	if c.MaxRPS > 0 && pacerInterval(c.MaxRPS) < time.Microsecond {
-		return fmt.Errorf("RESEND_MAX_RPS is too high (got %v); use 0 for unpaced", c.MaxRPS)
-	}
-	if c.FetchCooldown < 0 || c.FetchPollInterval < 0 {
-		return errors.New("FetchCooldown and FetchPollInterval cannot be negative")
+	return &Workers{
+		WelcomeEmail:       &WelcomeEmailWorker{emailWorker[WelcomeEmailArgs]{mailer: m, spec: welcomeEmail}},
+		VerificationEmail:  &VerificationEmailWorker{emailWorker[VerificationEmailArgs]{mailer: m, spec: verificationEmail}},
+		PasswordResetEmail: &PasswordResetEmailWorker{emailWorker[PasswordResetEmailArgs]{mailer: m, spec: passwordResetEmail}},
+		Prune:              newPruneWorker(deps.Store, logger, config),
+	}, nil
+}
+
+// Register adds the workers to a River registry: postguard's own, or a host app's.
+func (w *Workers) Register(workers *river.Workers) error {
+	if err := errors.Join(
+		river.AddWorkerSafely(workers, w.WelcomeEmail),
+		river.AddWorkerSafely(workers, w.VerificationEmail),
+		river.AddWorkerSafely(workers, w.PasswordResetEmail),
+		river.AddWorkerSafely(workers, w.Prune),
+	); err != nil {
+		return fmt.Errorf("error registering workers: %w", err)
 	}
 	return nil
 }
@@ -167,30 +179,24 @@ func (c *Config) Validate() error {
 // PruneInterval, run on start, leader only) unless config.InsertOnly; RetryPolicy; JobTimeout;
 // RescueStuckJobsAfter; River's job cleaner switched off (all three retentions -1, so prune is the
 // one retention policy); riverlog's middleware (a worker's lines show on its job in River UI);
-// the fetch tuning; the logger. With deps.Sender nil the email queue is left out, with a
-// warning: email jobs stay queued. Pass the result to deps.Store.ConfigureRiver; the caller may
-// still set fields this package does not own, such as SoftStopTimeout (SHUTDOWN_TIMEOUT).
+// the fetch tuning; the logger. With deps.Sender nil the email queue is left out: email jobs stay
+// queued. The caller may still set fields this package does not own, such as SoftStopTimeout
+// (SHUTDOWN_TIMEOUT). It also registers the queue depth metric on deps.Registerer.
 func NewRiverConfig(deps *Deps, config *Config) (*river.Config, error) {
-	if deps == nil || deps.Store == nil {
-		return nil, errors.New("jobs: Deps.Store is required")
-	}
 	if config == nil {
 		config = &Config{}
 	}
-	if err := config.Validate(); err != nil {
-		return nil, err
-	}
 	config = config.withDefaults()
-
-	logger := deps.Logger
-	if logger == nil {
-		logger = slog.Default()
-	}
-
-	metrics, err := newMetrics(deps.Registerer)
+	workers, err := NewWorkers(deps, config)
 	if err != nil {
 		return nil, err
 	}
+	registry := river.NewWorkers()
+	if err := workers.Register(registry); err != nil {
+		return nil, err
+	}
+	logger := cmp.Or(deps.Logger, slog.Default())
+
 	if deps.Registerer != nil {
 		if err := deps.Registerer.Register(newQueueDepthCollector(deps.Store, logger)); err != nil {
 			var already prometheus.AlreadyRegisteredError
@@ -198,32 +204,6 @@ func NewRiverConfig(deps *Deps, config *Config) (*river.Config, error) {
 				return nil, fmt.Errorf("error registering queue depth metric: %w", err)
 			}
 		}
-	}
-
-	sealer, err := tokens.NewSealer(config.Secret)
-	if err != nil {
-		return nil, err
-	}
-	deliverer := &emailDeliverer{
-		jobTimeout: config.JobTimeout,
-		logger:     logger,
-		metrics:    metrics,
-		nowFunc:    config.NowFunc,
-		pacer:      newPacer(deps.Store, config.MaxRPS),
-		sealer:     sealer,
-		sender:     deps.Sender,
-		store:      deps.Store,
-	}
-	links := &linkBuilder{appURL: config.AppURL, secret: config.Secret}
-
-	workers := river.NewWorkers()
-	if err := errors.Join(
-		river.AddWorkerSafely(workers, &WelcomeEmailWorker{deliverer: deliverer, links: links}),
-		river.AddWorkerSafely(workers, &VerificationEmailWorker{deliverer: deliverer, links: links}),
-		river.AddWorkerSafely(workers, &PasswordResetEmailWorker{deliverer: deliverer, links: links}),
-		river.AddWorkerSafely(workers, newPruneWorker(deps.Store, logger, config)),
-	); err != nil {
-		return nil, fmt.Errorf("error registering workers: %w", err)
 	}
 
 	riverConfig := &river.Config{
@@ -236,14 +216,10 @@ func NewRiverConfig(deps *Deps, config *Config) (*river.Config, error) {
 		FetchPollInterval:           config.FetchPollInterval,
 		JobTimeout:                  config.JobTimeout,
 		Logger:                      logger,
-		Middleware: []rivertype.Middleware{
-			riverlog.NewMiddleware(func(w io.Writer) slog.Handler {
-				return slog.NewTextHandler(w, nil)
-			}, nil),
-		},
-		RescueStuckJobsAfter: config.RescueAfter,
-		RetryPolicy:          &RetryPolicy{NowFunc: config.NowFunc},
-		Workers:              workers,
+		Middleware:                  []rivertype.Middleware{NewRiverlogMiddleware()},
+		RescueStuckJobsAfter:        config.RescueAfter,
+		RetryPolicy:                 &RetryPolicy{NowFunc: config.NowFunc},
+		Workers:                     registry,
 	}
 	if config.InsertOnly {
 		return riverConfig, nil
@@ -265,4 +241,13 @@ func NewRiverConfig(deps *Deps, config *Config) (*river.Config, error) {
 		),
 	}
 	return riverConfig, nil
+}
+
+// NewRiverlogMiddleware is riverlog's middleware as postguard installs it: a worker's log lines,
+// as text, on its job, where River UI shows them. Workers never log a secret (no raw token or
+// address); the log mailer, which prints mail, writes to the process log only.
+func NewRiverlogMiddleware() rivertype.Middleware {
+	return riverlog.NewMiddleware(func(w io.Writer) slog.Handler {
+		return slog.NewTextHandler(w, nil)
+	}, nil)
 }

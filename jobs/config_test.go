@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
-	"math"
 	"testing"
 	"time"
 
@@ -29,56 +28,6 @@ func validConfig() *Config {
 	return &Config{
 		Secret: testSecret,
 		AppURL: "https://app.example.com/",
-	}
-}
-
-func TestConfig_Validate(t *testing.T) {
-	t.Parallel()
-
-	t.Run("DefaultsAreValid", func(t *testing.T) {
-		t.Parallel()
-
-		require.NoError(t, validConfig().Validate())
-	})
-
-	for _, tt := range []struct {
-		name   string
-		modify func(c *Config)
-		env    string
-	}{
-		{"SecretShort", func(c *Config) { c.Secret = []byte("short") }, "APP_SECRET"},
-		{"SecretMissing", func(c *Config) { c.Secret = nil }, "APP_SECRET"},
-		{"AppURLEmpty", func(c *Config) { c.AppURL = "" }, "APP_URL"},
-		{"AppURLRelative", func(c *Config) { c.AppURL = "/app" }, "APP_URL"},
-		{"AppURLScheme", func(c *Config) { c.AppURL = "ftp://example.com" }, "APP_URL"},
-		{"AppURLQuery", func(c *Config) { c.AppURL = "https://example.com/?a=b" }, "APP_URL"},
-		{"EmailWorkersNegative", func(c *Config) { c.EmailWorkers = -1 }, "EMAIL_WORKERS"},
-		{"EmailWorkersHuge", func(c *Config) { c.EmailWorkers = river.QueueNumWorkersMax + 1 }, "EMAIL_WORKERS"},
-		{"JobTimeoutNegative", func(c *Config) { c.JobTimeout = -time.Second }, "JOB_TIMEOUT"},
-		{"RescueAfterNegative", func(c *Config) { c.RescueAfter = -time.Second }, "JOB_RESCUE_AFTER"},
-		{"RescueAfterBelowTimeout", func(c *Config) { c.JobTimeout = time.Minute; c.RescueAfter = 30 * time.Second }, "JOB_RESCUE_AFTER"},
-		{"RescueAfterEqualsTimeout", func(c *Config) { c.JobTimeout = time.Minute; c.RescueAfter = time.Minute }, "JOB_RESCUE_AFTER"},
-		{"RescueAfterDefaultBelowTimeout", func(c *Config) { c.JobTimeout = 10 * time.Minute }, "JOB_RESCUE_AFTER"},
-		{"JobRetentionNegative", func(c *Config) { c.JobRetention = -time.Hour }, "JOB_RETENTION"},
-		{"CounterRetentionNegative", func(c *Config) { c.CounterRetention = -time.Hour }, "COUNTER_RETENTION"},
-		{"PruneIntervalNegative", func(c *Config) { c.PruneInterval = -time.Hour }, "PRUNE_INTERVAL"},
-		{"PruneIntervalTiny", func(c *Config) { c.PruneInterval = time.Millisecond }, "PRUNE_INTERVAL"},
-		{"MaxRPSNegative", func(c *Config) { c.MaxRPS = -1 }, "RESEND_MAX_RPS"},
-		{"MaxRPSNaN", func(c *Config) { c.MaxRPS = math.NaN() }, "RESEND_MAX_RPS"},
-		{"MaxRPSInf", func(c *Config) { c.MaxRPS = math.Inf(1) }, "RESEND_MAX_RPS"},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-
-			config := validConfig()
-			tt.modify(config)
-			err := config.Validate()
-			require.Error(t, err)
-			require.Contains(t, err.Error(), tt.env)
-
-			_, err = NewRiverConfig(&Deps{Store: nopStore{}}, config)
-			require.ErrorContains(t, err, tt.env)
-		})
 	}
 }
 
@@ -202,6 +151,7 @@ func TestNewRiverConfig(t *testing.T) {
 		_, err := NewRiverConfig(&Deps{}, validConfig())
 		require.Error(t, err)
 	})
+
 }
 
 func TestArgs_InsertOpts(t *testing.T) {

@@ -14,7 +14,7 @@ import (
 
 	"github.com/postguard/postguard/db"
 	"github.com/postguard/postguard/jobs/mail"
-	"github.com/postguard/postguard/jobs/tokens"
+	"github.com/postguard/postguard/tokens"
 )
 
 const (
@@ -27,7 +27,7 @@ const (
 	IdempotencyKeyLifetime = 24 * time.Hour
 
 	// VerifyTokenTTL and ResetTokenTTL are the lives of the tokens in mail, counted from the first
-	// attempt of the job that mails them (or from its new start, see emailDeliverer.prepare).
+	// attempt of the job that mails them (or from its new start, see mailer.prepare).
 	VerifyTokenTTL = 24 * time.Hour
 	ResetTokenTTL  = time.Hour
 )
@@ -59,6 +59,38 @@ func parseJobMetadata(raw []byte) jobMetadata {
 	return meta
 }
 
+// emailArgs are the args of the email jobs: each names the user its mail goes to.
+type emailArgs interface {
+	river.JobArgs
+	userID() int64
+}
+
+// emailSpec is what one email kind is: the token its mail carries, whether a user gets it, and
+// how it is rendered. Everything else the kinds share (emailWorker, mailer).
+type emailSpec struct {
+	// purpose and ttl are the link token's; purpose "" is a mail without one.
+	purpose db.TokenPurpose
+	ttl     time.Duration
+	// skip says why user gets no mail of this kind, or "" to send it; nil sends to every user.
+	skip func(user *db.User) string
+	// render builds the mail to user, with token (the link's, "" without a purpose). Its
+	// IdempotencyKey and Kind are the mailer's to set.
+	render func(links *linkBuilder, user *db.User, token string) (*mail.Message, error)
+}
+
+// emailWorker is the River worker of one email kind, T its args.
+type emailWorker[T emailArgs] struct {
+	river.WorkerDefaults[T]
+
+	mailer *mailer
+	spec   *emailSpec
+}
+
+// Work implements river.Worker.
+func (w *emailWorker[T]) Work(ctx context.Context, job *river.Job[T]) error {
+	return w.mailer.work(ctx, job.JobRow, job.Args.userID(), w.spec)
+}
+
 // linkBuilder makes the links of the mail.
 type linkBuilder struct {
 	appURL string // without a trailing slash
@@ -77,11 +109,11 @@ func (l *linkBuilder) unsubscribeURL(userID int64) string {
 	return l.appURL + "/v1/unsubscribe?token=" + tokens.Unsubscribe(l.secret, userID)
 }
 
-// emailDeliverer is what the three email workers share: the user lookup, the message row with
-// its idempotency key and token, the pacing, the send, and the mapping of the provider's answer to
-// River's outcomes.
-type emailDeliverer struct {
+// mailer is what the email workers share: the store, the sender, the pacer, the token sealer and
+// the delivery metric.
+type mailer struct {
 	jobTimeout time.Duration
+	links      *linkBuilder
 	logger     *slog.Logger
 	metrics    *metrics
 	nowFunc    func() time.Time
@@ -91,10 +123,49 @@ type emailDeliverer struct {
 	store      db.Store
 }
 
+// attempt is one attempt of one email job: what its steps read.
+type attempt struct {
+	ctx    context.Context
+	job    *rivertype.JobRow
+	logger *slog.Logger
+	meta   jobMetadata
+	// keyExpires is when the provider forgets the job's idempotency key (its creation, on the
+	// workers' clock, plus IdempotencyKeyLifetime); zero until prepare has read or made it.
+	keyExpires time.Time
+}
+
+// keyDeadline is the time no wait of the attempt may pass: its key's end, or before prepare, the
+// job's creation plus the key's life (no key of the job can be older).
+func (a *attempt) keyDeadline() time.Time {
+	if a.keyExpires.IsZero() {
+		return a.job.CreatedAt.Add(IdempotencyKeyLifetime)
+	}
+	return a.keyExpires
+}
+
+// work is one attempt of an email job: it delivers the job's mail, maps what happened to River's
+// result and the delivery metric's outcome (outcome, the one place), and logs and counts it.
+func (m *mailer) work(ctx context.Context, job *rivertype.JobRow, userID int64, spec *emailSpec) error {
+	a := &attempt{ctx: ctx, job: job, logger: m.jobLogger(ctx, job, userID), meta: parseJobMetadata(job.Metadata)}
+
+	err := m.deliver(a, userID, spec)
+	label, result := outcome(job, a.meta, a.keyDeadline(), m.nowFunc(), err)
+	m.metrics.delivery(job.Kind, label)
+	switch {
+	case err == nil:
+		a.logger.InfoContext(ctx, "email sent")
+	case label == OutcomeSkipped || label == OutcomeSnoozed:
+		a.logger.InfoContext(ctx, "email "+label, slog.String("reason", err.Error()))
+	default:
+		a.logger.WarnContext(ctx, "email "+label, slog.String("error", result.Error()))
+	}
+	return result
+}
+
 // jobLogger logs to the process log and, through riverlog, to the job's log in River UI, with
 // the job's ids. Nothing secret is ever logged: no email address, no raw token.
-func (d *emailDeliverer) jobLogger(ctx context.Context, job *rivertype.JobRow, userID int64) *slog.Logger {
-	handler := d.logger.Handler()
+func (m *mailer) jobLogger(ctx context.Context, job *rivertype.JobRow, userID int64) *slog.Logger {
+	handler := m.logger.Handler()
 	if jobLogger, ok := riverlog.LoggerSafely(ctx); ok {
 		handler = slog.NewMultiHandler(handler, jobLogger.Handler())
 	}
@@ -106,19 +177,49 @@ func (d *emailDeliverer) jobLogger(ctx context.Context, job *rivertype.JobRow, u
 	)
 }
 
-// user looks up the job's user. It returns nil and no error when the user no longer exists: the
-// job then completes with nothing to send.
-func (d *emailDeliverer) user(ctx context.Context, logger *slog.Logger, job *rivertype.JobRow, userID int64) (*db.User, error) {
-	user, err := d.store.UserGetByID(ctx, userID)
+// deliver sends the job's mail, or says why not: nil once the provider accepted it, a *skipped
+// when there is nothing to send, a *snoozed to wait, or the error that stopped it.
+func (m *mailer) deliver(a *attempt, userID int64, spec *emailSpec) error {
+	if m.sender == nil {
+		// Not reached in practice: without a sender the email queue is not worked at all.
+		return errors.New("no mailer configured (MAILER=none)")
+	}
+	user, err := m.store.UserGetByID(a.ctx, userID)
 	if errors.Is(err, db.ErrNotFound) {
-		logger.InfoContext(ctx, "user not found, it was deleted; nothing to send")
-		d.metrics.delivery(job.Kind, OutcomeSkipped)
-		return nil, nil
+		return &skipped{reason: "the user was deleted"}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("error getting user %d: %w", userID, err)
+		return fmt.Errorf("error getting user %d: %w", userID, err)
 	}
-	return user, nil
+	if spec.skip != nil {
+		if reason := spec.skip(user); reason != "" {
+			return &skipped{reason: reason}
+		}
+	}
+
+	dl, err := m.prepare(a, user.ID, spec)
+	if err != nil {
+		return err
+	}
+	if dl.accepted {
+		return &skipped{reason: "the provider accepted this job's email in an earlier attempt; not sending again"}
+	}
+	msg, err := spec.render(m.links, user, dl.token)
+	if err != nil {
+		return fmt.Errorf("error rendering %s: %w", a.job.Kind, err)
+	}
+	msg.IdempotencyKey, msg.Kind = dl.key, a.job.Kind
+
+	if err := m.pace(a); err != nil {
+		return err
+	}
+	providerID, err := m.sender.Send(a.ctx, msg)
+	if err != nil {
+		return sendError(a.ctx, a.job.Kind, err)
+	}
+	// Should this fail, the provider has the mail: the next attempt sends the same bytes under
+	// the same key, which the provider answers without delivering again, and records it then.
+	return m.markAccepted(a, providerID, spec.purpose)
 }
 
 // delivery is what every attempt of one email job sends under: its idempotency key and, for
@@ -131,25 +232,6 @@ type delivery struct {
 	accepted bool
 }
 
-// send is the body of every email worker once it has the job's user: it prepares the job's
-// delivery, renders the mail with its token (render gets "" when purpose is ""), and delivers it.
-func (d *emailDeliverer) send(ctx context.Context, logger *slog.Logger, job *rivertype.JobRow, user *db.User, purpose db.TokenPurpose, ttl time.Duration, render func(token string) (*mail.Message, error)) error {
-	dl, err := d.prepare(ctx, logger, job, user.ID, purpose, ttl)
-	if err != nil {
-		return err
-	}
-	if dl.accepted {
-		logger.InfoContext(ctx, "the provider accepted this job's email in an earlier attempt; not sending again")
-		return nil
-	}
-	msg, err := render(dl.token)
-	if err != nil {
-		return fmt.Errorf("error rendering %s: %w", job.Kind, err)
-	}
-	msg.IdempotencyKey, msg.Kind = dl.key, job.Kind
-	return d.deliver(ctx, logger, job, msg, purpose)
-}
-
 // prepare returns the job's delivery. The first attempt creates it: the job's message row with a
 // random idempotency key and, for a purpose, a random token stored as its hash and its sealed copy,
 // in one transaction. Later attempts read them back, the token unsealed, so that every attempt
@@ -160,46 +242,49 @@ func (d *emailDeliverer) send(ctx context.Context, logger *slog.Logger, job *riv
 // (erased by prune at that age) or does not open (APP_SECRET changed): sending another token
 // under the old key could be refused as another payload, or delivered twice. The old token's life
 // (VerifyTokenTTL, ResetTokenTTL) has passed by then anyway.
-func (d *emailDeliverer) prepare(ctx context.Context, logger *slog.Logger, job *rivertype.JobRow, userID int64, purpose db.TokenPurpose, ttl time.Duration) (*delivery, error) {
-	now := d.nowFunc()
-	message, err := d.store.EmailMessageGetByJob(ctx, job.ID)
+func (m *mailer) prepare(a *attempt, userID int64, spec *emailSpec) (*delivery, error) {
+	now := m.nowFunc()
+	message, err := m.store.EmailMessageGetByJob(a.ctx, a.job.ID)
 	switch {
 	case errors.Is(err, db.ErrNotFound):
-		return d.start(ctx, job, userID, purpose, ttl, now, false)
+		return m.start(a, userID, spec, now, false)
 	case err != nil:
 		return nil, fmt.Errorf("error getting the job's email message: %w", err)
 	case message.AcceptedAt != nil:
 		return &delivery{key: message.IdempotencyKey, accepted: true}, nil
 	case now.Sub(message.KeyCreatedAt) >= IdempotencyKeyLifetime:
-		logger.WarnContext(ctx, "the idempotency key outlived the provider's memory of it; starting over with a new key")
-		return d.start(ctx, job, userID, purpose, ttl, now, true)
-	case purpose == "":
+		a.logger.WarnContext(a.ctx, "the idempotency key outlived the provider's memory of it; starting over with a new key")
+		return m.start(a, userID, spec, now, true)
+	}
+	a.keyExpires = message.KeyCreatedAt.Add(IdempotencyKeyLifetime)
+	if spec.purpose == "" {
 		return &delivery{key: message.IdempotencyKey}, nil
 	}
 
-	token, err := d.store.EmailTokenGetByJob(ctx, job.ID)
+	token, err := m.store.EmailTokenGetByJob(a.ctx, a.job.ID)
 	if err != nil && !errors.Is(err, db.ErrNotFound) {
 		return nil, fmt.Errorf("error getting the job's token: %w", err)
 	}
 	if err == nil && token.Sealed != nil {
-		raw, err := d.sealer.Open(token.Sealed, job.ID, string(purpose))
+		raw, err := m.sealer.Open(token.Sealed, a.job.ID, string(spec.purpose))
 		if err == nil {
 			return &delivery{key: message.IdempotencyKey, token: raw}, nil
 		}
 	}
-	logger.WarnContext(ctx, "the job's sealed token is gone or does not open; starting over with a new key and token")
-	return d.start(ctx, job, userID, purpose, ttl, now, true)
+	a.logger.WarnContext(a.ctx, "the job's sealed token is gone or does not open; starting over with a new key and token")
+	return m.start(a, userID, spec, now, true)
 }
 
 // start creates the job's delivery: a new idempotency key in the job's message row (inserted, or
-// rekeyed when restart is set) and, for a purpose, a new token valid ttl from now, replacing any
-// the job had.
-func (d *emailDeliverer) start(ctx context.Context, job *rivertype.JobRow, userID int64, purpose db.TokenPurpose, ttl time.Duration, now time.Time, restart bool) (*delivery, error) {
+// rekeyed when restart is set) and, for a purpose, a new token valid spec.ttl from now, replacing
+// any the job had.
+func (m *mailer) start(a *attempt, userID int64, spec *emailSpec, now time.Time, restart bool) (*delivery, error) {
+	job := a.job
 	dl := &delivery{key: tokens.IdempotencyKey(job.Kind, userID)}
-	if purpose != "" {
+	if spec.purpose != "" {
 		dl.token = tokens.New()
 	}
-	err := d.store.InTx(ctx, func(ctx context.Context, tx db.Queries) error {
+	err := m.store.InTx(a.ctx, func(ctx context.Context, tx db.Tx) error {
 		if restart {
 			if err := tx.EmailMessageRekey(ctx, job.ID, dl.key, now); err != nil {
 				return err
@@ -213,7 +298,7 @@ func (d *emailDeliverer) start(ctx context.Context, job *rivertype.JobRow, userI
 		}); err != nil {
 			return err
 		}
-		if purpose == "" {
+		if spec.purpose == "" {
 			return nil
 		}
 		if err := tx.EmailTokenDeleteByJob(ctx, job.ID); err != nil {
@@ -222,59 +307,36 @@ func (d *emailDeliverer) start(ctx context.Context, job *rivertype.JobRow, userI
 		return tx.EmailTokenInsert(ctx, &db.EmailTokenInsertParams{
 			TokenHash: tokens.Hash(dl.token),
 			UserID:    userID,
-			Purpose:   purpose,
+			Purpose:   spec.purpose,
 			JobID:     job.ID,
-			Sealed:    d.sealer.Seal(dl.token, job.ID, string(purpose)),
-			ExpiresAt: now.Add(ttl),
+			Sealed:    m.sealer.Seal(dl.token, job.ID, string(spec.purpose)),
+			ExpiresAt: now.Add(spec.ttl),
 			Now:       now,
 		})
 	})
 	if err != nil {
 		return nil, fmt.Errorf("error preparing the job's email: %w", err)
 	}
+	a.keyExpires = now.Add(IdempotencyKeyLifetime)
 	return dl, nil
 }
 
 // markAccepted records that the provider accepted the job's mail, and erases the sealed copy of
 // its token: nothing will send it again.
-func (d *emailDeliverer) markAccepted(ctx context.Context, jobID int64, providerID string, purpose db.TokenPurpose) error {
-	err := d.store.InTx(ctx, func(ctx context.Context, tx db.Queries) error {
-		if err := tx.EmailMessageMarkAccepted(ctx, jobID, providerID, d.nowFunc()); err != nil {
+func (m *mailer) markAccepted(a *attempt, providerID string, purpose db.TokenPurpose) error {
+	err := m.store.InTx(a.ctx, func(ctx context.Context, tx db.Tx) error {
+		if err := tx.EmailMessageMarkAccepted(ctx, a.job.ID, providerID, m.nowFunc()); err != nil {
 			return err
 		}
 		if purpose == "" {
 			return nil
 		}
-		return tx.EmailTokenEraseSealed(ctx, jobID)
+		return tx.EmailTokenEraseSealed(ctx, a.job.ID)
 	})
 	if err != nil {
 		return fmt.Errorf("error recording the provider's acceptance: %w", err)
 	}
 	return nil
-}
-
-// deliver waits for a send slot, sends msg, records an acceptance, and maps the result to what
-// River should do.
-func (d *emailDeliverer) deliver(ctx context.Context, logger *slog.Logger, job *rivertype.JobRow, msg *mail.Message, purpose db.TokenPurpose) error {
-	if d.sender == nil {
-		// Not reached in practice: without a sender the email queue is not worked at all.
-		return errors.New("no mailer configured (MAILER=none)")
-	}
-	meta := parseJobMetadata(job.Metadata)
-
-	if err := d.pace(ctx, logger, job, meta); err != nil {
-		return err
-	}
-
-	providerID, err := d.sender.Send(ctx, msg)
-	if err == nil {
-		if err := d.markAccepted(ctx, job.ID, providerID, purpose); err != nil {
-			// The provider has the mail. The next attempt sends the same bytes under the same key,
-			// which the provider answers without delivering again, and records it then.
-			return d.fail(ctx, logger, job, err)
-		}
-	}
-	return d.result(ctx, logger, job, meta, err)
 }
 
 // pace waits for the job's send slot. When the slot is further away than half the job's timeout
@@ -288,135 +350,65 @@ func (d *emailDeliverer) deliver(ctx context.Context, logger *slog.Logger, job *
 // snooze spends no attempt and does not count against MaxSnoozes.
 //
 // Slots and waits are on the database's clock (see pacer). A slot past the job's idempotency key
-// life (its creation, also on the database's clock, plus IdempotencyKeyLifetime) is not waited
-// for: the attempt fails like any error, as a provider snooze past that life does, and the job
-// is retried on RetryPolicy's schedule (or discarded after its last attempt) rather than sent
-// with a key the provider may have forgotten.
-func (d *emailDeliverer) pace(ctx context.Context, logger *slog.Logger, job *rivertype.JobRow, meta jobMetadata) error {
-	if d.pacer == nil {
+// (a.keyDeadline) is not waited for: the attempt fails like any error, as a provider snooze past
+// it does, and the job is retried on RetryPolicy's schedule (with a new key, see prepare) rather
+// than sent with a key the provider may have forgotten.
+func (m *mailer) pace(a *attempt) error {
+	if m.pacer == nil {
 		return nil
 	}
 
 	var slot, now time.Time
-	if meta.PacerSlotUS != nil {
+	var err error
+	if a.meta.PacerSlotUS != nil {
 		// A slot reserved before a pacer snooze. Clear it whatever this attempt's outcome: it is
 		// spent now.
-		slot = time.UnixMicro(*meta.PacerSlotUS)
-		if err := river.MetadataSet(ctx, metadataPacerSlot, nil); err != nil {
+		slot = time.UnixMicro(*a.meta.PacerSlotUS)
+		if err := river.MetadataSet(a.ctx, metadataPacerSlot, nil); err != nil {
 			return fmt.Errorf("error clearing send slot: %w", err)
 		}
-		var err error
-		if now, err = d.pacer.now(ctx); err != nil {
+		if now, err = m.pacer.now(a.ctx); err != nil {
 			return err
 		}
-	} else {
-		var err error
-		if slot, now, err = d.pacer.reserve(ctx); err != nil {
-			return err
-		}
+	} else if slot, now, err = m.pacer.reserve(a.ctx); err != nil {
+		return err
 	}
 
-	if deadline := job.CreatedAt.Add(IdempotencyKeyLifetime); slot.After(deadline) {
-		return d.fail(ctx, logger, job, fmt.Errorf("error waiting for send slot: not waiting %s: it would outlive the idempotency key", slot.Sub(now).Round(time.Millisecond)))
-	}
 	wait := slot.Sub(now)
-	if wait > d.jobTimeout/2 {
+	// The key's deadline is on the workers' clock, the wait on the database's: compare the wait.
+	if m.nowFunc().Add(wait).After(a.keyDeadline()) {
+		return fmt.Errorf("error waiting for send slot: not waiting %s: it would outlive the idempotency key", wait.Round(time.Millisecond))
+	}
+	if wait > m.jobTimeout/2 {
 		if err := errors.Join(
-			river.MetadataSet(ctx, metadataPacerSlot, slot.UnixMicro()),
-			river.MetadataSet(ctx, metadataPacerSnoozes, meta.PacerSnoozes+1),
+			river.MetadataSet(a.ctx, metadataPacerSlot, slot.UnixMicro()),
+			river.MetadataSet(a.ctx, metadataPacerSnoozes, a.meta.PacerSnoozes+1),
 		); err != nil {
 			return fmt.Errorf("error keeping send slot: %w", err)
 		}
-		logger.InfoContext(ctx, "send slot is far; snoozing until it", slog.Duration("wait", wait))
-		d.metrics.delivery(job.Kind, OutcomeSnoozed)
-		return river.JobSnooze(wait)
+		return &snoozed{wait: wait, reason: "the send slot is far", pacer: true}
 	}
-	if err := sleepContext(ctx, wait); err != nil {
-		d.metrics.delivery(job.Kind, OutcomeRetried)
+	if err := sleepContext(a.ctx, wait); err != nil {
 		return fmt.Errorf("error waiting for send slot: %w", err)
 	}
 	return nil
 }
 
-// result maps the sender's answer to River's outcomes, as mail.Classify says:
-//   - nil: completed;
-//   - 429: snoozed for its Retry-After (no attempt spent);
-//   - 409 concurrent_idempotent_requests (the key still in flight): a short snooze;
-//   - 409 invalid_idempotent_request and every other 4xx: cancelled, retrying cannot help;
-//   - 5xx, timeouts and network errors: an error, retried on RetryPolicy's schedule;
-//   - context.Canceled (shutdown): an error wrapping it, so River puts the job back.
-//
-// Snoozes are capped (MaxSnoozes, and never past the idempotency key's life); past the cap the
-// attempt fails like any error.
-func (d *emailDeliverer) result(ctx context.Context, logger *slog.Logger, job *rivertype.JobRow, meta jobMetadata, err error) error {
-	kind := job.Kind
-	if err == nil {
-		logger.InfoContext(ctx, "email sent")
-		d.metrics.delivery(kind, OutcomeSent)
-		return nil
-	}
-
+// sendError is the sender's error as River may keep it on the job (River UI shows it): a
+// provider's answer keeps its status, name and wait but not its message, which may quote the
+// recipient; a send cut short by the context (shutdown) says context.Canceled, even when the HTTP
+// client reported the context's cause, so that River puts the job back without spending it.
+func sendError(ctx context.Context, kind string, err error) error {
 	var providerErr *mail.ProviderError
-	if errors.As(err, &providerErr) {
-		// River keeps returned errors on the job (River UI shows them) and a provider's message
-		// may quote the recipient: pass on the status, name and wait only.
+	switch {
+	case errors.As(err, &providerErr):
 		err = &mail.ProviderError{
 			StatusCode: providerErr.StatusCode,
 			Name:       providerErr.Name,
 			RetryAfter: providerErr.RetryAfter,
 		}
-	} else if errors.Is(err, context.Canceled) || errors.Is(ctx.Err(), context.Canceled) {
-		// Shutdown (or a remote cancel) cut the send short. The HTTP client may report the
-		// context's cause rather than context.Canceled itself: make sure the error says both, so
-		// that River puts the job back without spending the attempt.
-		if !errors.Is(err, context.Canceled) {
-			err = fmt.Errorf("%w: %w", context.Canceled, err)
-		}
-		logger.InfoContext(ctx, "email send interrupted", slog.String("error", err.Error()))
-		d.metrics.delivery(kind, OutcomeRetried)
-		return fmt.Errorf("error sending %s email: %w", kind, err)
+	case errors.Is(ctx.Err(), context.Canceled) && !errors.Is(err, context.Canceled):
+		err = fmt.Errorf("%w: %w", context.Canceled, err)
 	}
-	err = fmt.Errorf("error sending %s email: %w", kind, err)
-
-	switch outcome := mail.Classify(err); outcome.Action {
-	case mail.ActionSnooze:
-		return d.snooze(ctx, logger, job, meta, outcome.SnoozeFor, err)
-
-	case mail.ActionCancel:
-		logger.WarnContext(ctx, "provider refused the email; cancelling the job", slog.String("error", err.Error()))
-		d.metrics.delivery(kind, OutcomeCancelled)
-		return river.JobCancel(err)
-
-	case mail.ActionRetry:
-	}
-	// A 5xx, a network error or a timeout: the message may or may not have arrived, and the
-	// idempotency key makes a retry safe either way.
-	return d.fail(ctx, logger, job, err)
-}
-
-// snooze asks River to try the job again after wait, unless the job's snoozes are used up or
-// wait would carry it past its idempotency key's life; then the attempt fails like any error.
-func (d *emailDeliverer) snooze(ctx context.Context, logger *slog.Logger, job *rivertype.JobRow, meta jobMetadata, wait time.Duration, err error) error {
-	providerSnoozes := meta.Snoozes - meta.PacerSnoozes
-	if providerSnoozes >= MaxSnoozes {
-		return d.fail(ctx, logger, job, fmt.Errorf("%w; not snoozing again: snoozed %d times already", err, providerSnoozes))
-	}
-	if deadline := job.CreatedAt.Add(IdempotencyKeyLifetime); d.nowFunc().Add(wait).After(deadline) {
-		return d.fail(ctx, logger, job, fmt.Errorf("%w; not snoozing %s: it would outlive the idempotency key", err, wait))
-	}
-	logger.InfoContext(ctx, "provider asked to wait; snoozing", slog.String("reason", err.Error()), slog.Duration("wait", wait))
-	d.metrics.delivery(job.Kind, OutcomeSnoozed)
-	return river.JobSnooze(wait)
-}
-
-// fail logs and counts a failed attempt and returns err for River to retry (or discard, on the
-// last attempt).
-func (d *emailDeliverer) fail(ctx context.Context, logger *slog.Logger, job *rivertype.JobRow, err error) error {
-	outcome := OutcomeRetried
-	if job.Attempt >= job.MaxAttempts {
-		outcome = OutcomeDiscarded
-	}
-	logger.WarnContext(ctx, "email send failed", slog.String("outcome", outcome), slog.String("error", err.Error()))
-	d.metrics.delivery(job.Kind, outcome)
-	return err
+	return fmt.Errorf("error sending %s email: %w", kind, err)
 }

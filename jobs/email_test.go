@@ -1,10 +1,11 @@
 package jobs
 
 import (
+	"context"
+	"errors"
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,23 +17,30 @@ import (
 	"github.com/postguard/postguard/db/dbtest"
 	"github.com/postguard/postguard/jobs/mail"
 	"github.com/postguard/postguard/jobs/mail/resendfake"
-	"github.com/postguard/postguard/jobs/tokens"
+	"github.com/postguard/postguard/tokens"
 )
+
+// requireAt checks a time River recorded against the stubbed clock: exactly, to River's
+// precision (its SQLite driver keeps milliseconds).
+func requireAt(t *testing.T, want, got time.Time) {
+	t.Helper()
+
+	require.WithinDuration(t, want, got, time.Millisecond, "want %s, got %s", want, got)
+}
 
 func TestEmailWorkers_ProviderAnswers(t *testing.T) {
 	t.Parallel()
 
-	dbtest.Engines(t, func(t *testing.T, newStore func(t *testing.T) db.Store) {
+	dbtest.Engines(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
 		t.Run("Accepted", func(t *testing.T) {
 			t.Parallel()
 
-			bundle := setupWorker(t, newStore(t), nil)
+			bundle := setup(t, newStore, nil)
 			user := createUser(t, bundle.store)
-			job := bundle.insert(t, VerificationEmailArgs{UserID: user.ID}, nil)
-			bundle.start(t)
-
-			event := bundle.wait(t, job.ID, river.EventKindJobCompleted)
-			require.Equal(t, 1, event.Job.Attempt)
+			res, err := bundle.work(t, VerificationEmailArgs{UserID: user.ID}, nil)
+			require.NoError(t, err)
+			require.Equal(t, river.EventKindJobCompleted, res.EventKind)
+			require.Equal(t, 1, res.Job.Attempt)
 
 			deliveries := bundle.fake.Deliveries()
 			require.Len(t, deliveries, 1)
@@ -41,32 +49,29 @@ func TestEmailWorkers_ProviderAnswers(t *testing.T) {
 			require.Equal(t, float64(1), bundle.deliveries(t, "verification_email", OutcomeSent))
 
 			// The job's message row keeps the key, the provider's id and the acceptance.
-			message, err := bundle.store.EmailMessageGetByJob(t.Context(), job.ID)
+			message, err := bundle.store.EmailMessageGetByJob(t.Context(), res.Job.ID)
 			require.NoError(t, err)
 			require.Equal(t, deliveries[0].IdempotencyKey, message.IdempotencyKey)
 			require.Equal(t, db.EmailStatusSent, message.Status)
 			require.Equal(t, deliveries[0].ID, *message.ProviderID)
-			require.NotNil(t, message.AcceptedAt)
+			require.True(t, bundle.clock.Now().Equal(*message.AcceptedAt))
 		})
 
 		t.Run("ServerErrorRetriesAfterOneMinute", func(t *testing.T) {
 			t.Parallel()
 
-			clock := newTestClock()
-			bundle := setupWorker(t, newStore(t), &workerOpts{clock: clock})
+			bundle := setup(t, newStore, nil)
 			bundle.fake.Enqueue(resendfake.Response{Status: http.StatusInternalServerError, Name: "internal_server_error"})
 			user := createUser(t, bundle.store)
-			job := bundle.insert(t, VerificationEmailArgs{UserID: user.ID}, nil)
+			res, err := bundle.work(t, VerificationEmailArgs{UserID: user.ID}, nil)
+			require.ErrorContains(t, err, "500")
 
-			bundle.start(t)
-			event := bundle.wait(t, job.ID, river.EventKindJobFailed)
-
-			require.Equal(t, rivertype.JobStateRetryable, event.Job.State)
-			require.Equal(t, 1, event.Job.Attempt)
-			require.Len(t, event.Job.Errors, 1)
-			require.Contains(t, event.Job.Errors[0].Error, "500")
-			// 1 minute after the first failure (jitter is RetryPolicy's own test).
-			require.Equal(t, clock.Now().Add(time.Minute), event.Job.ScheduledAt.UTC())
+			require.Equal(t, rivertype.JobStateRetryable, res.Job.State)
+			require.Equal(t, 1, res.Job.Attempt)
+			require.Len(t, res.Job.Errors, 1)
+			require.Contains(t, res.Job.Errors[0].Error, "500")
+			// RetryPolicy: 1 minute after the first failure (jitter stubbed to none).
+			requireAt(t, bundle.clock.Now().Add(time.Minute), res.Job.ScheduledAt)
 			require.Empty(t, bundle.fake.Deliveries())
 			require.Equal(t, float64(1), bundle.deliveries(t, "verification_email", OutcomeRetried))
 		})
@@ -74,14 +79,13 @@ func TestEmailWorkers_ProviderAnswers(t *testing.T) {
 		t.Run("LastAttemptFailureDiscards", func(t *testing.T) {
 			t.Parallel()
 
-			bundle := setupWorker(t, newStore(t), nil)
+			bundle := setup(t, newStore, nil)
 			bundle.fake.Enqueue(resendfake.Response{Status: http.StatusBadGateway})
 			user := createUser(t, bundle.store)
-			job := bundle.insert(t, PasswordResetEmailArgs{UserID: user.ID}, &river.InsertOpts{MaxAttempts: 1})
-			bundle.start(t)
+			res, err := bundle.work(t, PasswordResetEmailArgs{UserID: user.ID}, &river.InsertOpts{MaxAttempts: 1})
+			require.Error(t, err)
 
-			event := bundle.wait(t, job.ID, river.EventKindJobFailed)
-			require.Equal(t, rivertype.JobStateDiscarded, event.Job.State)
+			require.Equal(t, rivertype.JobStateDiscarded, res.Job.State)
 			require.Equal(t, float64(1), bundle.deliveries(t, "password_reset_email", OutcomeDiscarded))
 			require.Zero(t, bundle.deliveries(t, "password_reset_email", OutcomeRetried))
 		})
@@ -89,23 +93,23 @@ func TestEmailWorkers_ProviderAnswers(t *testing.T) {
 		t.Run("ValidationErrorCancels", func(t *testing.T) {
 			t.Parallel()
 
-			bundle := setupWorker(t, newStore(t), nil)
+			bundle := setup(t, newStore, nil)
 			bundle.fake.Enqueue(resendfake.Response{
 				Status:  http.StatusUnprocessableEntity,
 				Name:    resendfake.NameValidationError,
 				Message: "Invalid `to` field: quoting the recipient",
 			})
 			user := createUser(t, bundle.store)
-			job := bundle.insert(t, VerificationEmailArgs{UserID: user.ID}, nil)
-			bundle.start(t)
+			res, err := bundle.work(t, VerificationEmailArgs{UserID: user.ID}, nil)
+			require.NoError(t, err)
 
-			event := bundle.wait(t, job.ID, river.EventKindJobCancelled)
-			require.Equal(t, rivertype.JobStateCancelled, event.Job.State)
-			require.Equal(t, 1, event.Job.Attempt)
-			require.Len(t, event.Job.Errors, 1)
-			require.Contains(t, event.Job.Errors[0].Error, "422 validation_error")
+			require.Equal(t, river.EventKindJobCancelled, res.EventKind)
+			require.Equal(t, rivertype.JobStateCancelled, res.Job.State)
+			require.Equal(t, 1, res.Job.Attempt)
+			require.Len(t, res.Job.Errors, 1)
+			require.Contains(t, res.Job.Errors[0].Error, "422 validation_error")
 			// The provider's free-form message is not kept on the job.
-			require.NotContains(t, event.Job.Errors[0].Error, "quoting the recipient")
+			require.NotContains(t, res.Job.Errors[0].Error, "quoting the recipient")
 			require.Len(t, bundle.fake.Requests(), 1)
 			require.Equal(t, float64(1), bundle.deliveries(t, "verification_email", OutcomeCancelled))
 		})
@@ -113,27 +117,25 @@ func TestEmailWorkers_ProviderAnswers(t *testing.T) {
 		t.Run("RateLimitedSnoozesWithoutSpendingAttempt", func(t *testing.T) {
 			t.Parallel()
 
-			clock := newTestClock()
-			bundle := setupWorker(t, newStore(t), &workerOpts{clock: clock})
+			bundle := setup(t, newStore, nil)
 			bundle.fake.Enqueue(resendfake.Response{
 				Status:     http.StatusTooManyRequests,
 				Name:       resendfake.NameRateLimitExceeded,
-				RetryAfter: time.Second,
+				RetryAfter: 3 * time.Second,
 			})
 			user := createUser(t, bundle.store)
-			job := bundle.insert(t, VerificationEmailArgs{UserID: user.ID}, nil)
-			bundle.start(t)
+			snoozed, err := bundle.work(t, VerificationEmailArgs{UserID: user.ID}, nil)
+			require.NoError(t, err)
 
-			snoozed := bundle.wait(t, job.ID, river.EventKindJobSnoozed)
+			require.Equal(t, river.EventKindJobSnoozed, snoozed.EventKind)
 			require.Equal(t, 0, snoozed.Job.Attempt) // attempt given back
 			require.Empty(t, snoozed.Job.Errors)
 			require.Equal(t, int64(1), parseJobMetadata(snoozed.Job.Metadata).Snoozes)
-			require.Equal(t, clock.Now().Add(time.Second), snoozed.Job.ScheduledAt.UTC()) // the Retry-After
-			require.Len(t, bundle.fake.Requests(), 1)
+			requireAt(t, bundle.clock.Now().Add(3*time.Second), snoozed.Job.ScheduledAt)
 
-			// Not before its time: the clock stands still until the test moves it.
-			clock.Advance(time.Second)
-			completed := bundle.wait(t, job.ID, river.EventKindJobCompleted)
+			completed, err := bundle.workAgain(t, snoozed.Job)
+			require.NoError(t, err)
+			require.Equal(t, river.EventKindJobCompleted, completed.EventKind)
 			require.Equal(t, 1, completed.Job.Attempt)
 			require.Empty(t, completed.Job.Errors)
 			require.Len(t, bundle.fake.Requests(), 2)
@@ -142,254 +144,179 @@ func TestEmailWorkers_ProviderAnswers(t *testing.T) {
 			require.Equal(t, float64(1), bundle.deliveries(t, "verification_email", OutcomeSent))
 		})
 
-		t.Run("ConcurrentIdempotentRequestSnoozes", func(t *testing.T) {
+		t.Run("ConcurrentIdempotentRequestSnoozesBriefly", func(t *testing.T) {
 			t.Parallel()
 
-			clock := newTestClock()
-			bundle := setupWorker(t, newStore(t), &workerOpts{clock: clock})
+			bundle := setup(t, newStore, nil)
 			bundle.fake.Enqueue(resendfake.Response{Status: http.StatusConflict, Name: resendfake.NameConcurrentIdempotentRequests})
 			user := createUser(t, bundle.store)
-			job := bundle.insert(t, WelcomeEmailArgs{UserID: user.ID}, nil)
-			bundle.start(t)
+			res, err := bundle.work(t, WelcomeEmailArgs{UserID: user.ID}, nil)
+			require.NoError(t, err)
 
-			snoozed := bundle.wait(t, job.ID, river.EventKindJobSnoozed)
-			require.Equal(t, 0, snoozed.Job.Attempt)
-			require.Empty(t, snoozed.Job.Errors)
-			// A short snooze, and no more.
-			require.Equal(t, clock.Now().Add(mail.ConcurrentIdempotencySnooze), snoozed.Job.ScheduledAt.UTC())
+			require.Equal(t, river.EventKindJobSnoozed, res.EventKind)
+			require.Equal(t, 0, res.Job.Attempt)
+			require.Empty(t, res.Job.Errors)
+			requireAt(t, bundle.clock.Now().Add(mail.ConcurrentIdempotencySnooze), res.Job.ScheduledAt)
 		})
 
 		t.Run("InvalidIdempotentRequestCancels", func(t *testing.T) {
 			t.Parallel()
 
-			bundle := setupWorker(t, newStore(t), nil)
+			bundle := setup(t, newStore, nil)
 			bundle.fake.Enqueue(resendfake.Response{Status: http.StatusConflict, Name: resendfake.NameInvalidIdempotentRequest})
 			user := createUser(t, bundle.store)
-			job := bundle.insert(t, VerificationEmailArgs{UserID: user.ID}, nil)
-			bundle.start(t)
+			res, err := bundle.work(t, VerificationEmailArgs{UserID: user.ID}, nil)
+			require.NoError(t, err)
 
-			event := bundle.wait(t, job.ID, river.EventKindJobCancelled)
-			require.Equal(t, 1, event.Job.Attempt)
-			require.Contains(t, event.Job.Errors[0].Error, "invalid_idempotent_request")
+			require.Equal(t, rivertype.JobStateCancelled, res.Job.State)
+			require.Equal(t, 1, res.Job.Attempt)
+			require.Contains(t, res.Job.Errors[0].Error, "invalid_idempotent_request")
 		})
 
 		t.Run("NetworkErrorRetries", func(t *testing.T) {
 			t.Parallel()
 
-			clock := newTestClock()
-			bundle := setupWorker(t, newStore(t), &workerOpts{clock: clock})
+			bundle := setup(t, newStore, nil)
 			bundle.fake.Enqueue(resendfake.Response{Drop: true})
 			user := createUser(t, bundle.store)
-			job := bundle.insert(t, VerificationEmailArgs{UserID: user.ID}, nil)
-			bundle.start(t)
+			res, err := bundle.work(t, VerificationEmailArgs{UserID: user.ID}, nil)
+			require.Error(t, err)
 
-			event := bundle.wait(t, job.ID, river.EventKindJobFailed)
-			require.Equal(t, rivertype.JobStateRetryable, event.Job.State)
-			require.Equal(t, 1, event.Job.Attempt)
-			require.Len(t, event.Job.Errors, 1)
-			require.Equal(t, clock.Now().Add(time.Minute), event.Job.ScheduledAt.UTC())
+			require.Equal(t, rivertype.JobStateRetryable, res.Job.State)
+			require.Equal(t, 1, res.Job.Attempt)
+			require.Len(t, res.Job.Errors, 1)
+			requireAt(t, bundle.clock.Now().Add(time.Minute), res.Job.ScheduledAt)
 		})
 
 		t.Run("SnoozeCapFails", func(t *testing.T) {
 			t.Parallel()
 
-			bundle := setupWorker(t, newStore(t), nil)
+			bundle := setup(t, newStore, nil)
 			bundle.fake.Enqueue(resendfake.Response{Status: http.StatusTooManyRequests, Name: resendfake.NameRateLimitExceeded, RetryAfter: time.Second})
 			user := createUser(t, bundle.store)
 			// As if River had snoozed it MaxSnoozes times already.
-			job := bundle.insert(t, VerificationEmailArgs{UserID: user.ID}, &river.InsertOpts{
+			res, err := bundle.work(t, VerificationEmailArgs{UserID: user.ID}, &river.InsertOpts{
 				Metadata: []byte(`{"snoozes": ` + strconv.Itoa(MaxSnoozes) + `}`),
 			})
-			bundle.start(t)
+			require.ErrorContains(t, err, "snoozed 10 times already")
 
-			event := bundle.wait(t, job.ID, river.EventKindJobFailed)
-			require.Equal(t, rivertype.JobStateRetryable, event.Job.State)
-			require.Equal(t, 1, event.Job.Attempt)
-			require.Contains(t, event.Job.Errors[0].Error, "snoozed 10 times already")
+			require.Equal(t, rivertype.JobStateRetryable, res.Job.State)
+			require.Equal(t, 1, res.Job.Attempt)
 			require.Zero(t, bundle.deliveries(t, "verification_email", OutcomeSnoozed))
 		})
 
 		t.Run("PacerSnoozesDoNotCountAgainstCap", func(t *testing.T) {
 			t.Parallel()
 
-			bundle := setupWorker(t, newStore(t), nil)
+			bundle := setup(t, newStore, nil)
 			bundle.fake.Enqueue(resendfake.Response{Status: http.StatusTooManyRequests, Name: resendfake.NameRateLimitExceeded, RetryAfter: time.Second})
 			user := createUser(t, bundle.store)
-			job := bundle.insert(t, VerificationEmailArgs{UserID: user.ID}, &river.InsertOpts{
+			res, err := bundle.work(t, VerificationEmailArgs{UserID: user.ID}, &river.InsertOpts{
 				Metadata: []byte(`{"snoozes": ` + strconv.Itoa(MaxSnoozes) + `, "pacer_snoozes": 1}`),
 			})
-			bundle.start(t)
-
-			snoozed := bundle.wait(t, job.ID, river.EventKindJobSnoozed, river.EventKindJobFailed)
-			require.Equal(t, river.EventKindJobSnoozed, snoozed.Kind)
+			require.NoError(t, err)
+			require.Equal(t, river.EventKindJobSnoozed, res.EventKind)
 		})
 
 		t.Run("SnoozePastKeyLifetimeFails", func(t *testing.T) {
 			t.Parallel()
 
-			bundle := setupWorker(t, newStore(t), &workerOpts{configure: func(config *Config) {
-				// A day has passed since the job was created (say, the provider answered 429s
-				// for a day): a snooze would carry it past its idempotency key's life.
-				config.NowFunc = func() time.Time { return time.Now().Add(IdempotencyKeyLifetime - time.Second) }
-			}})
+			bundle := setup(t, newStore, nil)
 			bundle.fake.Enqueue(resendfake.Response{Status: http.StatusTooManyRequests, Name: resendfake.NameRateLimitExceeded, RetryAfter: 5 * time.Second})
 			user := createUser(t, bundle.store)
-			job := bundle.insert(t, VerificationEmailArgs{UserID: user.ID}, nil)
-			bundle.start(t)
+			// A day has passed since the job was created (say, the provider answered 429s for a
+			// day): a snooze would carry it past its idempotency key's life.
+			res, err := bundle.work(t, VerificationEmailArgs{UserID: user.ID}, &river.InsertOpts{
+				ScheduledAt: bundle.clock.Now(),
+				Metadata:    []byte(`{}`),
+			})
+			require.NoError(t, err)
+			require.Equal(t, river.EventKindJobSnoozed, res.EventKind, "a first snooze, well within the key's life")
 
-			event := bundle.wait(t, job.ID, river.EventKindJobFailed)
-			require.Equal(t, rivertype.JobStateRetryable, event.Job.State)
-			require.Contains(t, event.Job.Errors[0].Error, "outlive the idempotency key")
+			bundle.clock.advance(IdempotencyKeyLifetime - time.Second)
+			bundle.fake.Enqueue(resendfake.Response{Status: http.StatusTooManyRequests, Name: resendfake.NameRateLimitExceeded, RetryAfter: 5 * time.Second})
+			res, err = bundle.workAgain(t, res.Job)
+			require.ErrorContains(t, err, "outlive the idempotency key")
+			require.Equal(t, rivertype.JobStateRetryable, res.Job.State)
 		})
 
 		t.Run("DeletedUserCompletesWithoutSend", func(t *testing.T) {
 			t.Parallel()
 
-			bundle := setupWorker(t, newStore(t), nil)
-			job := bundle.insert(t, PasswordResetEmailArgs{UserID: 987654321}, nil)
-			bundle.start(t)
+			bundle := setup(t, newStore, nil)
+			res, err := bundle.work(t, PasswordResetEmailArgs{UserID: 987654321}, nil)
+			require.NoError(t, err)
 
-			event := bundle.wait(t, job.ID, river.EventKindJobCompleted)
-			require.Equal(t, rivertype.JobStateCompleted, event.Job.State)
+			require.Equal(t, rivertype.JobStateCompleted, res.Job.State)
 			require.Empty(t, bundle.fake.Requests())
-			require.Contains(t, bundle.logs.String(), "user not found")
+			require.Contains(t, bundle.logs.String(), "the user was deleted")
 			require.Equal(t, float64(1), bundle.deliveries(t, "password_reset_email", OutcomeSkipped))
 		})
 	})
 }
 
-func TestEmailWorkers_Uniqueness(t *testing.T) {
+func TestEmailJobs_Uniqueness(t *testing.T) {
 	t.Parallel()
 
-	dbtest.Engines(t, func(t *testing.T, newStore func(t *testing.T) db.Store) {
-		t.Run("WelcomeOncePerUserEvenAfterCompletion", func(t *testing.T) {
+	dbtest.Engines(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
+		insert := func(t *testing.T, store db.Store, args river.JobArgs) *rivertype.JobInsertResult {
+			t.Helper()
+			res, err := store.JobInsert(t.Context(), args, nil)
+			require.NoError(t, err)
+			return res
+		}
+
+		t.Run("WelcomeOncePerUserEvenAfterItFinished", func(t *testing.T) {
 			t.Parallel()
 
-			bundle := setupWorker(t, newStore(t), nil)
-			user := createUser(t, bundle.store)
+			store := newStore(t)
+			first := insert(t, store, WelcomeEmailArgs{UserID: 1})
+			require.True(t, insert(t, store, WelcomeEmailArgs{UserID: 1}).UniqueSkippedAsDuplicate)
 
-			first := bundle.insert(t, WelcomeEmailArgs{UserID: user.ID}, nil)
-			res, err := bundle.store.JobInsert(t.Context(), WelcomeEmailArgs{UserID: user.ID}, nil)
+			_, err := store.Jobs().JobCancel(t.Context(), first.Job.ID)
 			require.NoError(t, err)
-			require.True(t, res.UniqueSkippedAsDuplicate)
-			require.Equal(t, first.ID, res.Job.ID)
-
-			bundle.start(t)
-			bundle.wait(t, first.ID, river.EventKindJobCompleted)
-
-			res, err = bundle.store.JobInsert(t.Context(), WelcomeEmailArgs{UserID: user.ID}, nil)
-			require.NoError(t, err)
-			require.True(t, res.UniqueSkippedAsDuplicate)
-			require.Equal(t, first.ID, res.Job.ID)
-			require.Len(t, bundle.fake.Deliveries(), 1)
+			again := insert(t, store, WelcomeEmailArgs{UserID: 1})
+			require.True(t, again.UniqueSkippedAsDuplicate, "unique in every state, a finished one's too")
+			require.Equal(t, first.Job.ID, again.Job.ID)
 
 			// Another user gets their own.
-			other := createUser(t, bundle.store)
-			bundle.insert(t, WelcomeEmailArgs{UserID: other.ID}, nil)
+			require.False(t, insert(t, store, WelcomeEmailArgs{UserID: 2}).UniqueSkippedAsDuplicate)
 		})
 
-		for _, args := range []struct {
-			name string
-			args func(userID int64) river.JobArgs
-		}{
-			{"Verification", func(userID int64) river.JobArgs { return VerificationEmailArgs{UserID: userID} }},
-			{"PasswordReset", func(userID int64) river.JobArgs { return PasswordResetEmailArgs{UserID: userID} }},
+		for name, args := range map[string]func(userID int64) river.JobArgs{
+			"Verification":  func(userID int64) river.JobArgs { return VerificationEmailArgs{UserID: userID} },
+			"PasswordReset": func(userID int64) river.JobArgs { return PasswordResetEmailArgs{UserID: userID} },
 		} {
-			t.Run(args.name+"AgainAfterCompletion", func(t *testing.T) {
+			t.Run(name+"AgainOnceFinished", func(t *testing.T) {
 				t.Parallel()
 
-				bundle := setupWorker(t, newStore(t), nil)
-				user := createUser(t, bundle.store)
-
-				first := bundle.insert(t, args.args(user.ID), nil)
+				store := newStore(t)
+				first := insert(t, store, args(1))
 				// While the first is in flight, a second is absorbed.
-				res, err := bundle.store.JobInsert(t.Context(), args.args(user.ID), nil)
+				require.True(t, insert(t, store, args(1)).UniqueSkippedAsDuplicate)
+
+				_, err := store.Jobs().JobCancel(t.Context(), first.Job.ID)
 				require.NoError(t, err)
-				require.True(t, res.UniqueSkippedAsDuplicate)
-
-				bundle.start(t)
-				bundle.wait(t, first.ID, river.EventKindJobCompleted)
-
-				second := bundle.insert(t, args.args(user.ID), nil)
-				require.NotEqual(t, first.ID, second.ID)
-				bundle.wait(t, second.ID, river.EventKindJobCompleted)
-
-				deliveries := bundle.fake.Deliveries()
-				require.Len(t, deliveries, 2)
-				require.NotEqual(t, deliveries[0].IdempotencyKey, deliveries[1].IdempotencyKey)
-				require.NotEqual(t, deliveries[0].Text, deliveries[1].Text) // another token
+				second := insert(t, store, args(1))
+				require.False(t, second.UniqueSkippedAsDuplicate)
+				require.NotEqual(t, first.Job.ID, second.Job.ID)
 			})
 		}
-	})
-}
-
-func TestEmailWorkers_InterruptedDelivery(t *testing.T) {
-	t.Parallel()
-
-	dbtest.Engines(t, func(t *testing.T, newStore func(t *testing.T) db.Store) {
-		received := make(chan struct{})
-		release := make(chan struct{})
-		var first atomicOnce
-		bundle := setupWorker(t, newStore(t), &workerOpts{fake: &resendfake.Config{
-			BeforeAnswerFunc: func(*resendfake.Request) {
-				if first.do() {
-					close(received)
-					<-release // the POST arrived; hold the answer while the worker is cut short
-				}
-			},
-		}})
-		var releaseOnce sync.Once
-		releaseHold := func() { releaseOnce.Do(func() { close(release) }) }
-		t.Cleanup(releaseHold) // before the fake closes, which waits for the held request
-		user := createUser(t, bundle.store)
-		job := bundle.insert(t, VerificationEmailArgs{UserID: user.ID}, nil)
-
-		client := bundle.store.River()
-		bundle.start(t)
-
-		select {
-		case <-received:
-		case <-time.After(eventTimeout):
-			require.FailNow(t, "the fake never received the POST")
-		}
-
-		// Shutdown cuts the attempt short: the worker's context is cancelled mid-request.
-		require.NoError(t, client.StopAndCancel(t.Context()))
-		interrupted := bundle.job(t, job.ID)
-		require.Equal(t, rivertype.JobStateAvailable, interrupted.State)
-		require.Equal(t, 0, interrupted.Attempt) // given back
-		require.Empty(t, interrupted.Errors)
-
-		// The provider finishes processing the first request anyway.
-		releaseHold()
-		require.Eventually(t, func() bool { return len(bundle.fake.Deliveries()) == 1 }, eventTimeout, 10*time.Millisecond)
-
-		// A new process works the job again.
-		bundle.start(t)
-		completed := bundle.wait(t, job.ID, river.EventKindJobCompleted)
-		require.Equal(t, 1, completed.Job.Attempt)
-
-		require.Len(t, bundle.fake.Deliveries(), 1)
-		requests := bundle.fake.Requests()
-		require.Len(t, requests, 2)
-		require.Equal(t, requests[0].Header.Get("Idempotency-Key"), requests[1].Header.Get("Idempotency-Key"))
-		require.Equal(t, requests[0].Body, requests[1].Body)
-		require.Equal(t, http.StatusOK, requests[1].Status)
 	})
 }
 
 func TestWelcomeEmailWorker(t *testing.T) {
 	t.Parallel()
 
-	dbtest.Engines(t, func(t *testing.T, newStore func(t *testing.T) db.Store) {
+	dbtest.Engines(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
 		t.Run("CarriesOneClickUnsubscribe", func(t *testing.T) {
 			t.Parallel()
 
-			bundle := setupWorker(t, newStore(t), nil)
+			bundle := setup(t, newStore, nil)
 			user := createUser(t, bundle.store)
-			job := bundle.insert(t, WelcomeEmailArgs{UserID: user.ID}, nil)
-			bundle.start(t)
-			bundle.wait(t, job.ID, river.EventKindJobCompleted)
+			res, err := bundle.work(t, WelcomeEmailArgs{UserID: user.ID}, nil)
+			require.NoError(t, err)
+			require.Equal(t, river.EventKindJobCompleted, res.EventKind)
 
 			deliveries := bundle.fake.Deliveries()
 			require.Len(t, deliveries, 1)
@@ -406,25 +333,23 @@ func TestWelcomeEmailWorker(t *testing.T) {
 			require.Equal(t, user.ID, userID)
 
 			// Neither the unsubscribe token nor the address shows in logs or on the job.
-			row := bundle.job(t, job.ID)
 			for _, secret := range []string{tok, user.Email} {
 				require.NotContains(t, bundle.logs.String(), secret)
-				require.NotContains(t, string(row.EncodedArgs), secret)
-				require.NotContains(t, string(row.Metadata), secret)
+				require.NotContains(t, string(res.Job.EncodedArgs), secret)
+				require.NotContains(t, string(res.Job.Metadata), secret)
 			}
 		})
 
 		t.Run("UnsubscribedUserIsNotSent", func(t *testing.T) {
 			t.Parallel()
 
-			bundle := setupWorker(t, newStore(t), nil)
+			bundle := setup(t, newStore, nil)
 			user := createUser(t, bundle.store)
 			require.NoError(t, bundle.store.UserUnsubscribe(t.Context(), user.ID, time.Now()))
-			job := bundle.insert(t, WelcomeEmailArgs{UserID: user.ID}, nil)
-			bundle.start(t)
+			res, err := bundle.work(t, WelcomeEmailArgs{UserID: user.ID}, nil)
+			require.NoError(t, err)
 
-			event := bundle.wait(t, job.ID, river.EventKindJobCompleted)
-			require.Equal(t, rivertype.JobStateCompleted, event.Job.State)
+			require.Equal(t, rivertype.JobStateCompleted, res.Job.State)
 			require.Empty(t, bundle.fake.Requests())
 			require.Equal(t, float64(1), bundle.deliveries(t, "welcome_email", OutcomeSkipped))
 		})
@@ -434,7 +359,7 @@ func TestWelcomeEmailWorker(t *testing.T) {
 func TestEmailWorkers_Tokens(t *testing.T) {
 	t.Parallel()
 
-	dbtest.Engines(t, func(t *testing.T, newStore func(t *testing.T) db.Store) {
+	dbtest.Engines(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
 		for _, tt := range []struct {
 			name    string
 			args    func(userID int64) river.JobArgs
@@ -448,11 +373,11 @@ func TestEmailWorkers_Tokens(t *testing.T) {
 			t.Run(tt.name, func(t *testing.T) {
 				t.Parallel()
 
-				bundle := setupWorker(t, newStore(t), nil)
+				bundle := setup(t, newStore, nil)
 				user := createUser(t, bundle.store)
-				job := bundle.insert(t, tt.args(user.ID), nil)
-				bundle.start(t)
-				bundle.wait(t, job.ID, river.EventKindJobCompleted)
+				res, err := bundle.work(t, tt.args(user.ID), nil)
+				require.NoError(t, err)
+				require.Equal(t, river.EventKindJobCompleted, res.EventKind)
 
 				deliveries := bundle.fake.Deliveries()
 				require.Len(t, deliveries, 1)
@@ -462,26 +387,22 @@ func TestEmailWorkers_Tokens(t *testing.T) {
 
 				// The database keeps the token's hash, never the token; its sealed copy is erased
 				// once the provider accepted the mail.
-				stored, err := bundle.store.EmailTokenGetByJob(t.Context(), job.ID)
+				stored, err := bundle.store.EmailTokenGetByJob(t.Context(), res.Job.ID)
 				require.NoError(t, err)
 				require.Equal(t, tokens.Hash(raw), stored.TokenHash)
 				require.Nil(t, stored.Sealed, "sealed copy erased after delivery")
 				require.Equal(t, tt.purpose, stored.Purpose)
-				require.NotContains(t, string(stored.TokenHash), raw)
+				require.True(t, bundle.clock.Now().Add(tt.ttl).Equal(stored.ExpiresAt))
 
 				// The token is not in the job's args, metadata or errors, nor in any log line.
-				row := bundle.job(t, job.ID)
+				row := res.Job
 				require.NotContains(t, string(row.EncodedArgs), raw)
 				require.NotContains(t, string(row.Metadata), raw)
 				require.NotContains(t, string(row.EncodedArgs), user.Email)
 				require.NotContains(t, string(row.Metadata), user.Email)
 				require.Contains(t, string(row.Metadata), "river:log") // riverlog did record lines
-				for _, attemptErr := range row.Errors {
-					require.NotContains(t, attemptErr.Error, raw)
-					require.NotContains(t, attemptErr.Error, user.Email)
-				}
 				logs := bundle.logs.String()
-				require.Contains(t, logs, "job_id="+strconv.FormatInt(job.ID, 10))
+				require.Contains(t, logs, "job_id="+strconv.FormatInt(row.ID, 10))
 				require.NotContains(t, logs, raw)
 				require.NotContains(t, logs, user.Email)
 
@@ -490,15 +411,155 @@ func TestEmailWorkers_Tokens(t *testing.T) {
 				if tt.purpose == db.TokenPurposeReset {
 					other = db.TokenPurposeVerify
 				}
-				_, err = bundle.store.EmailTokenConsume(t.Context(), tokens.Hash(raw), other, time.Now())
+				now := bundle.clock.Now()
+				_, err = bundle.store.EmailTokenConsume(t.Context(), tokens.Hash(raw), other, now)
 				require.ErrorIs(t, err, db.ErrNotFound)
-				// Expired after its TTL.
-				_, err = bundle.store.EmailTokenConsume(t.Context(), tokens.Hash(raw), tt.purpose, time.Now().Add(tt.ttl+time.Minute))
-				require.ErrorIs(t, err, db.ErrNotFound)
-				userID, err := bundle.store.EmailTokenConsume(t.Context(), tokens.Hash(raw), tt.purpose, time.Now())
+				_, err = bundle.store.EmailTokenConsume(t.Context(), tokens.Hash(raw), tt.purpose, now.Add(tt.ttl))
+				require.ErrorIs(t, err, db.ErrNotFound, "expired at its TTL")
+				userID, err := bundle.store.EmailTokenConsume(t.Context(), tokens.Hash(raw), tt.purpose, now)
 				require.NoError(t, err)
 				require.Equal(t, user.ID, userID)
 			})
 		}
+	})
+}
+
+func TestEmailWorkers_Delivery(t *testing.T) {
+	t.Parallel()
+
+	dbtest.Engines(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
+		// A 5xx after the provider delivered (the answer was lost): the retry sends the same
+		// bytes under the same key, and the provider delivers once.
+		t.Run("RetrySendsSameBytesUnderSameKey", func(t *testing.T) {
+			t.Parallel()
+
+			bundle := setup(t, newStore, nil)
+			bundle.fake.Enqueue(resendfake.Response{Status: http.StatusInternalServerError, Deliver: true})
+			user := createUser(t, bundle.store)
+			failed, err := bundle.work(t, PasswordResetEmailArgs{UserID: user.ID}, nil)
+			require.Error(t, err)
+			require.Equal(t, rivertype.JobStateRetryable, failed.Job.State)
+
+			bundle.clock.advance(time.Minute)
+			completed, err := bundle.workAgain(t, failed.Job)
+			require.NoError(t, err)
+			require.Equal(t, river.EventKindJobCompleted, completed.EventKind)
+			require.Equal(t, 2, completed.Job.Attempt)
+
+			requests := bundle.fake.Requests()
+			require.Len(t, requests, 2)
+			require.Equal(t, requests[0].Header.Get("Idempotency-Key"), requests[1].Header.Get("Idempotency-Key"))
+			require.Regexp(t, keyPattern("password_reset_email", user.ID), requests[0].Header.Get("Idempotency-Key"))
+			require.Equal(t, requests[0].Body, requests[1].Body, "byte-identical payloads")
+			require.Len(t, bundle.fake.Deliveries(), 1)
+
+			stored, err := bundle.store.EmailTokenGetByJob(t.Context(), completed.Job.ID)
+			require.NoError(t, err)
+			require.Nil(t, stored.Sealed, "sealed copy erased once accepted")
+		})
+
+		// A job past its key's life, or whose sealed copy is gone, does not send another token
+		// under the old key: it starts over with a new key and a new token.
+		for _, tt := range []struct {
+			name string
+			// between happens after the first (failed) attempt, before the next.
+			between func(t *testing.T, bundle *testBundle)
+		}{
+			{"PastKeyLifetime", func(_ *testing.T, bundle *testBundle) {
+				bundle.clock.advance(IdempotencyKeyLifetime + time.Minute)
+			}},
+			{"SealedCopyGone", func(t *testing.T, bundle *testBundle) {
+				erased, err := bundle.store.EmailTokenEraseSealedBefore(t.Context(), bundle.clock.Now().Add(time.Hour), 10)
+				require.NoError(t, err)
+				require.Equal(t, int64(1), erased)
+			}},
+		} {
+			t.Run("StartsOver"+tt.name, func(t *testing.T) {
+				t.Parallel()
+
+				bundle := setup(t, newStore, nil)
+				bundle.fake.Enqueue(resendfake.Response{Status: http.StatusInternalServerError})
+				user := createUser(t, bundle.store)
+				failed, err := bundle.work(t, VerificationEmailArgs{UserID: user.ID}, nil)
+				require.Error(t, err)
+				tt.between(t, bundle)
+				completed, err := bundle.workAgain(t, failed.Job)
+				require.NoError(t, err)
+				require.Equal(t, river.EventKindJobCompleted, completed.EventKind)
+
+				requests := bundle.fake.Requests()
+				require.Len(t, requests, 2)
+				firstKey, secondKey := requests[0].Header.Get("Idempotency-Key"), requests[1].Header.Get("Idempotency-Key")
+				require.Regexp(t, keyPattern("verification_email", user.ID), secondKey)
+				require.NotEqual(t, firstKey, secondKey, "a new key")
+
+				link := testAppURL + "/v1/auth/verify-email?token="
+				firstToken := linkToken(t, string(requests[0].Body), link)
+				deliveries := bundle.fake.Deliveries()
+				require.Len(t, deliveries, 1)
+				secondToken := linkToken(t, deliveries[0].Text, link)
+				require.NotEqual(t, firstToken, secondToken, "a new token")
+
+				now := bundle.clock.Now()
+				_, err = bundle.store.EmailTokenConsume(t.Context(), tokens.Hash(firstToken), db.TokenPurposeVerify, now)
+				require.ErrorIs(t, err, db.ErrNotFound, "the old token is gone")
+				userID, err := bundle.store.EmailTokenConsume(t.Context(), tokens.Hash(secondToken), db.TokenPurposeVerify, now)
+				require.NoError(t, err)
+				require.Equal(t, user.ID, userID)
+
+				message, err := bundle.store.EmailMessageGetByJob(t.Context(), completed.Job.ID)
+				require.NoError(t, err)
+				require.Equal(t, secondKey, message.IdempotencyKey)
+			})
+		}
+
+		// A job that started over past its first key's life is paced like any other: its new
+		// key's life, not the job's age, bounds how long it may wait for its slot.
+		t.Run("StartsOverPastKeyLifetimePaced", func(t *testing.T) {
+			t.Parallel()
+
+			bundle := setup(t, newStore, &setupOpts{configure: func(config *Config) { config.MaxRPS = 1 }})
+			bundle.fake.Enqueue(resendfake.Response{Status: http.StatusInternalServerError})
+			user := createUser(t, bundle.store)
+			failed, err := bundle.work(t, VerificationEmailArgs{UserID: user.ID}, nil)
+			require.Error(t, err)
+
+			bundle.clock.advance(IdempotencyKeyLifetime + time.Minute)
+			completed, err := bundle.workAgain(t, failed.Job)
+			require.NoError(t, err)
+			require.Equal(t, river.EventKindJobCompleted, completed.EventKind)
+			require.Len(t, bundle.fake.Deliveries(), 1)
+		})
+
+		// A job whose mail the provider accepted in an earlier attempt (its process died before
+		// River recorded the completion, and it was rescued) completes without sending.
+		t.Run("AcceptedEarlierCompletesWithoutSending", func(t *testing.T) {
+			t.Parallel()
+
+			// The first attempt's send reaches the provider, and the attempt dies before River
+			// hears of it (here: the sender fails after the provider accepted).
+			bundle := setup(t, newStore, &setupOpts{sender: func(inner mail.Sender) mail.Sender {
+				return senderFunc(func(ctx context.Context, msg *mail.Message) (string, error) {
+					if _, err := inner.Send(ctx, msg); err != nil {
+						return "", err
+					}
+					return "", errors.New("the process died")
+				})
+			}})
+			user := createUser(t, bundle.store)
+			died, err := bundle.work(t, WelcomeEmailArgs{UserID: user.ID}, nil)
+			require.Error(t, err)
+			require.Len(t, bundle.fake.Deliveries(), 1)
+			// What the dead attempt had recorded: the acceptance.
+			require.NoError(t, bundle.store.EmailMessageMarkAccepted(t.Context(), died.Job.ID, bundle.fake.Deliveries()[0].ID, bundle.clock.Now()))
+
+			// Rescued: the same job, attempted again.
+			rescued, err := bundle.workAgain(t, died.Job)
+			require.NoError(t, err)
+			require.Equal(t, river.EventKindJobCompleted, rescued.EventKind)
+			require.Len(t, bundle.fake.Requests(), 1, "no second send")
+			require.Contains(t, bundle.logs.String(), "not sending again")
+			require.Equal(t, float64(1), bundle.deliveries(t, "welcome_email", OutcomeSkipped))
+		})
 	})
 }

@@ -1,30 +1,58 @@
 package jobs_test
 
 import (
+	"context"
+	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
+
+	"github.com/riverqueue/river"
 
 	"github.com/postguard/postguard/db"
+	"github.com/postguard/postguard/db/sqlite"
 	"github.com/postguard/postguard/jobs"
 	"github.com/postguard/postguard/jobs/mail"
 )
 
-// NewRiverConfig builds the River config a store's client is configured with.
+// NewRiverConfig is the River configuration of the store it is built for: the store hands itself
+// to its workers.
 func ExampleNewRiverConfig() {
-	var store db.Store // from postgres.New or sqlite.Open
+	ctx := context.Background()
+	dir, err := os.MkdirTemp("", "postguard-example")
+	if err != nil {
+		panic(err)
+	}
+	defer os.RemoveAll(dir)
 
-	riverConfig, err := jobs.NewRiverConfig(&jobs.Deps{
-		Logger: slog.Default(),
-		Sender: mail.NewLogSender(slog.Default()),
-		Store:  store,
-	}, &jobs.Config{
-		AppURL: "https://app.example.com",
-		MaxRPS: 2,
-		Secret: []byte("an example secret of 32 bytes..."),
+	quiet := slog.New(slog.DiscardHandler)
+	engine, err := sqlite.NewEngine(ctx, filepath.Join(dir, "postguard.db"), &sqlite.Config{Logger: quiet})
+	if err != nil {
+		panic(err)
+	}
+	store, err := db.NewStore(engine, &db.StoreConfig{
+		Logger: quiet,
+		RiverConfigFunc: func(store db.Store) (*river.Config, error) {
+			return jobs.NewRiverConfig(&jobs.Deps{Store: store, Sender: mail.NewLogSender(quiet), Logger: quiet}, &jobs.Config{
+				AppURL: "https://app.example.com",
+				MaxRPS: 2,
+				Secret: []byte("an example secret of 32 bytes..."),
+			})
+		},
 	})
 	if err != nil {
 		panic(err)
 	}
-	if err := store.ConfigureRiver(riverConfig); err != nil {
+	defer store.Close()
+	if err := store.Migrate(ctx); err != nil {
 		panic(err)
 	}
+
+	res, err := store.JobInsert(ctx, jobs.WelcomeEmailArgs{UserID: 1}, nil)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(res.Job.Kind, res.Job.Queue, res.Job.MaxAttempts)
+	// Output:
+	// welcome_email email 5
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertest"
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
@@ -27,11 +27,36 @@ import (
 // testSecret is APP_SECRET in the jobs' tests.
 var testSecret = []byte("a test secret of at least 32 bytes") //nolint:gochecknoglobals // a constant []byte
 
-const (
-	testAppURL = "https://app.example.com"
-	// eventTimeout bounds every wait for a job event; generous, the machine is shared.
-	eventTimeout = 20 * time.Second
-)
+const testAppURL = "https://app.example.com"
+
+// clock is the stubbed time of a test: the jobs' NowFunc, and River's (Config.Test.Time), so that
+// schedules, snoozes and expiries are exact.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newClock() *clock { return &clock{now: time.Now().UTC().Truncate(time.Microsecond)} }
+
+// Now implements rivertype.TimeGenerator.
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+// NowOrNil implements rivertype.TimeGenerator.
+func (c *clock) NowOrNil() *time.Time {
+	now := c.Now()
+	return &now
+}
+
+// advance moves the clock on by d.
+func (c *clock) advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
 
 // syncBuffer is a bytes.Buffer safe for concurrent writers (a log handler's target).
 type syncBuffer struct {
@@ -51,246 +76,126 @@ func (b *syncBuffer) String() string {
 	return b.buf.String()
 }
 
-// testClock is a clock that stands still until the test moves it: River's (a
-// rivertype.TimeGenerator) and the workers' at once.
-type testClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-// newTestClock starts a clock at the current second, which every engine stores exactly.
-func newTestClock() *testClock {
-	return &testClock{now: time.Now().UTC().Truncate(time.Second)}
-}
-
-// Now returns the clock's time.
-func (c *testClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-// NowOrNil returns the clock's time: River then uses it in its queries too, instead of the
-// database's now.
-func (c *testClock) NowOrNil() *time.Time {
-	now := c.Now()
-	return &now
-}
-
-// Advance moves the clock forward by d.
-func (c *testClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
-// workerBundle is a store with a River client configured by NewRiverConfig, sending through the
-// real ResendSender to a resendfake.
-type workerBundle struct {
+// testBundle is a store and postguard's workers on it, sending through the real ResendSender to
+// a resendfake, worked one job at a time in River's test executor (rivertest) with the River
+// configuration NewRiverConfig makes (middleware, retry policy, timeouts).
+type testBundle struct {
+	clock       *clock
 	config      *Config
 	fake        *resendfake.Server
 	logs        *syncBuffer
 	registry    *prometheus.Registry
 	riverConfig *river.Config
-	sender      mail.Sender
-	store       db.Store
-
-	eventsMu sync.Mutex
-	events   <-chan *river.Event
-	seen     []*river.Event
+	store       *dbtest.Store
+	workers     *Workers
 }
 
-type workerOpts struct {
-	// clock, when set, is River's clock (river.Config.Test.Time) and the workers' NowFunc, and
-	// retries get no jitter: schedules are then exact, and a job scheduled ahead waits for the
-	// test to move the clock.
-	clock *testClock
-	// configure adjusts the jobs Config before NewRiverConfig.
+type setupOpts struct {
+	// configure adjusts the jobs Config.
 	configure func(config *Config)
-	// configureRiver adjusts the River config before ConfigureRiver.
-	configureRiver func(riverConfig *river.Config)
 	// fake configures the resendfake.
 	fake *resendfake.Config
-	// keepPeriodicJobs keeps the periodic prune (run on start), which setupWorker otherwise
-	// removes so that tests see only their own jobs.
-	keepPeriodicJobs bool
 	// sender wraps the ResendSender.
 	sender func(inner mail.Sender) mail.Sender
 }
 
-// setupWorker configures River on store from NewRiverConfig; the client is not started (see
-// start), so a test may insert jobs first.
-func setupWorker(t *testing.T, store db.Store, opts *workerOpts) *workerBundle {
+func setup(t *testing.T, newStore dbtest.NewStoreFunc, opts *setupOpts) *testBundle {
 	t.Helper()
 
 	if opts == nil {
-		opts = &workerOpts{}
+		opts = &setupOpts{}
 	}
-
+	store := newStore(t)
 	fake := resendfake.New(t, opts.fake)
 	var sender mail.Sender
-	resendSender, err := mail.NewResendSender(&mail.ResendConfig{
+	sender, err := mail.NewResendSender(&mail.ResendConfig{
 		APIKey:  "re_test_key",
 		BaseURL: fake.URL(),
 		From:    "Postguard <no-reply@example.com>",
 		Timeout: 10 * time.Second,
 	})
 	require.NoError(t, err)
-	sender = resendSender
 	if opts.sender != nil {
 		sender = opts.sender(sender)
 	}
 
 	logs := &syncBuffer{}
-	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	registry := prometheus.NewRegistry()
-
+	clock := newClock()
 	config := &Config{
-		AppURL:            testAppURL,
-		EmailWorkers:      4,
-		FetchCooldown:     5 * time.Millisecond,
-		FetchPollInterval: 50 * time.Millisecond,
-		JobTimeout:        15 * time.Second,
-		RescueAfter:       time.Minute,
-		Secret:            testSecret,
-	}
-	if opts.clock != nil {
-		config.NowFunc = opts.clock.Now
+		AppURL:      testAppURL,
+		JobTimeout:  15 * time.Second,
+		RescueAfter: time.Minute,
+		Secret:      testSecret,
+		NowFunc:     clock.Now,
+		// rivertest works jobs with a pool-less driver, which takes no queues.
+		InsertOnly: true,
 	}
 	if opts.configure != nil {
 		opts.configure(config)
 	}
-
-	riverConfig, err := NewRiverConfig(&Deps{
-		Logger:     logger,
-		Registerer: registry,
+	deps := &Deps{
+		Logger:     slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Registerer: prometheus.NewRegistry(),
 		Sender:     sender,
 		Store:      store,
-	}, config)
+	}
+	workers, err := NewWorkers(deps, config)
 	require.NoError(t, err)
-	if !opts.keepPeriodicJobs {
-		riverConfig.PeriodicJobs = nil
-	}
-	if opts.clock != nil {
-		riverConfig.Test.Time = opts.clock
-		riverConfig.RetryPolicy = &RetryPolicy{NowFunc: opts.clock.Now, jitterFunc: func() float64 { return 0 }}
-	}
-	if opts.configureRiver != nil {
-		opts.configureRiver(riverConfig)
-	}
-	dbtest.ConfigureRiver(t, store, riverConfig)
+	riverConfig, err := NewRiverConfig(deps, config)
+	require.NoError(t, err)
+	riverConfig.Test.Time = clock
+	riverConfig.RetryPolicy.(*RetryPolicy).jitterFunc = func() float64 { return 0 } // exact schedules
 
-	return &workerBundle{
+	registry, _ := deps.Registerer.(*prometheus.Registry)
+	return &testBundle{
+		clock:       clock,
 		config:      config,
 		fake:        fake,
 		logs:        logs,
 		registry:    registry,
 		riverConfig: riverConfig,
-		sender:      sender,
 		store:       store,
+		workers:     workers,
 	}
 }
 
-// start subscribes to job events and starts the client, stopped when the test ends.
-func (b *workerBundle) start(t *testing.T) {
+// work inserts a job of args and works its first attempt. The error is the worker's when it
+// failed (a retry), nil for a completion, a snooze or a cancellation (see WorkResult.EventKind).
+func (b *testBundle) work(t *testing.T, args river.JobArgs, opts *river.InsertOpts) (*rivertest.WorkResult, error) {
 	t.Helper()
 
-	client := b.store.River()
-	events, cancel := client.Subscribe(
-		river.EventKindJobCancelled,
-		river.EventKindJobCompleted,
-		river.EventKindJobFailed,
-		river.EventKindJobInterrupted,
-		river.EventKindJobSnoozed,
-	)
-	b.eventsMu.Lock()
-	b.events = events
-	b.eventsMu.Unlock()
-
-	require.NoError(t, client.Start(context.Background()))
-	t.Cleanup(func() {
-		cancel()
-		ctx, cancelStop := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancelStop()
-		require.NoError(t, client.Stop(ctx))
-	})
-}
-
-// wait returns the first event of one of kinds for the job, seen before or arriving within
-// eventTimeout. Events of other jobs are kept for later waits.
-func (b *workerBundle) wait(t *testing.T, jobID int64, kinds ...river.EventKind) *river.Event {
-	t.Helper()
-
-	b.eventsMu.Lock()
-	defer b.eventsMu.Unlock()
-
-	for i, event := range b.seen {
-		if event.Job.ID == jobID && slices.Contains(kinds, event.Kind) {
-			b.seen = slices.Delete(b.seen, i, i+1)
-			return event
-		}
+	ctx := t.Context()
+	switch args := args.(type) {
+	case WelcomeEmailArgs:
+		return dbtest.Work(ctx, t, b.store, b.riverConfig, b.workers.WelcomeEmail, args, opts)
+	case VerificationEmailArgs:
+		return dbtest.Work(ctx, t, b.store, b.riverConfig, b.workers.VerificationEmail, args, opts)
+	case PasswordResetEmailArgs:
+		return dbtest.Work(ctx, t, b.store, b.riverConfig, b.workers.PasswordResetEmail, args, opts)
 	}
+	require.FailNow(t, fmt.Sprintf("no worker for %T", args))
+	return nil, nil
+}
 
-	timeout := time.NewTimer(eventTimeout)
-	defer timeout.Stop()
-	for {
-		select {
-		case event, ok := <-b.events:
-			require.True(t, ok, "event channel closed")
-			if event.Job != nil && event.Job.ID == jobID && slices.Contains(kinds, event.Kind) {
-				return event
-			}
-			b.seen = append(b.seen, event)
-		case <-timeout.C:
-			require.FailNow(t, fmt.Sprintf("no %v event for job %d within %s; logs:\n%s", kinds, jobID, eventTimeout, b.logs.String()))
-		}
+// workAgain works job, a row work returned, again: its next attempt.
+func (b *testBundle) workAgain(t *testing.T, job *rivertype.JobRow) (*rivertest.WorkResult, error) {
+	t.Helper()
+
+	ctx := t.Context()
+	switch job.Kind {
+	case WelcomeEmailArgs{}.Kind():
+		return dbtest.WorkJob(ctx, t, b.store, b.riverConfig, b.workers.WelcomeEmail, job)
+	case VerificationEmailArgs{}.Kind():
+		return dbtest.WorkJob(ctx, t, b.store, b.riverConfig, b.workers.VerificationEmail, job)
+	case PasswordResetEmailArgs{}.Kind():
+		return dbtest.WorkJob(ctx, t, b.store, b.riverConfig, b.workers.PasswordResetEmail, job)
 	}
-}
-
-// waitKind returns the first event of one of eventKinds for a job of the kind.
-func (b *workerBundle) waitKind(t *testing.T, kind string, eventKinds ...river.EventKind) *river.Event {
-	t.Helper()
-
-	b.eventsMu.Lock()
-	defer b.eventsMu.Unlock()
-
-	timeout := time.NewTimer(eventTimeout)
-	defer timeout.Stop()
-	for {
-		select {
-		case event, ok := <-b.events:
-			require.True(t, ok, "event channel closed")
-			if event.Job != nil && event.Job.Kind == kind && slices.Contains(eventKinds, event.Kind) {
-				return event
-			}
-			b.seen = append(b.seen, event)
-		case <-timeout.C:
-			require.FailNow(t, fmt.Sprintf("no %v event for a %s job within %s; logs:\n%s", eventKinds, kind, eventTimeout, b.logs.String()))
-		}
-	}
-}
-
-// insert inserts a job and returns its row.
-func (b *workerBundle) insert(t *testing.T, args river.JobArgs, opts *river.InsertOpts) *rivertype.JobRow {
-	t.Helper()
-
-	res, err := b.store.JobInsert(t.Context(), args, opts)
-	require.NoError(t, err)
-	require.False(t, res.UniqueSkippedAsDuplicate, "job was a duplicate")
-	return res.Job
-}
-
-// job returns a job's current row.
-func (b *workerBundle) job(t *testing.T, id int64) *rivertype.JobRow {
-	t.Helper()
-
-	job, err := b.store.River().JobGet(t.Context(), id)
-	require.NoError(t, err)
-	return job
+	require.FailNow(t, "no worker for kind "+job.Kind)
+	return nil, nil
 }
 
 // deliveries counts postguard_email_deliveries_total{kind,outcome}.
-func (b *workerBundle) deliveries(t *testing.T, kind, outcome string) float64 {
+func (b *testBundle) deliveries(t *testing.T, kind, outcome string) float64 {
 	t.Helper()
 
 	families, err := b.registry.Gather()
@@ -343,7 +248,7 @@ func linkToken(t *testing.T, text, prefix string) string {
 	return match[1]
 }
 
-// atomicOnce reports true to the first caller of do only.
-type atomicOnce struct{ done atomic.Bool }
+// senderFunc is a mail.Sender that calls a function.
+type senderFunc func(ctx context.Context, msg *mail.Message) (string, error)
 
-func (o *atomicOnce) do() bool { return o.done.CompareAndSwap(false, true) }
+func (f senderFunc) Send(ctx context.Context, msg *mail.Message) (string, error) { return f(ctx, msg) }

@@ -14,17 +14,6 @@ import (
 	"github.com/postguard/postguard/db"
 )
 
-// Outcomes of one delivery attempt, the values of the outcome label of
-// postguard_email_deliveries_total.
-const (
-	OutcomeSent      = "sent"      // the provider accepted the message
-	OutcomeRetried   = "retried"   // the attempt failed and the job will be tried again
-	OutcomeSnoozed   = "snoozed"   // the provider (or the pacer) asked to wait; no attempt spent
-	OutcomeCancelled = "cancelled" // the provider refused the message; retrying cannot help
-	OutcomeDiscarded = "discarded" // the last attempt failed
-	OutcomeSkipped   = "skipped"   // nothing to send: the user was deleted or unsubscribed
-)
-
 // queueDepthLimit bounds the count of each state at scrape time: the collector lists at most
 // this many job ids per state, so a deep backlog reads as queueDepthLimit (enough to alert on)
 // and a scrape never walks the whole table.
@@ -102,10 +91,7 @@ func (c *queueDepthCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.des
 // Collect implements prometheus.Collector. A state whose count fails is left out of the scrape
 // (and logged) rather than reported as zero.
 func (c *queueDepthCollector) Collect(ch chan<- prometheus.Metric) {
-	client := c.store.River()
-	if client == nil {
-		return
-	}
+	client := c.store.Jobs()
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
 

@@ -33,7 +33,8 @@ type pacer struct {
 
 // newPacer returns nil (unpaced) when maxRPS is 0.
 func newPacer(store pacerReserver, maxRPS float64) *pacer {
-	if maxRPS <= 0 {
+	// Slots are kept in microseconds: a rate whose slots would be closer is no pace at all.
+	if !(maxRPS > 0) || pacerInterval(maxRPS) < time.Microsecond {
 		return nil
 	}
 	return &pacer{

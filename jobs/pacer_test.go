@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"context"
+	"math"
 	"slices"
 	"strconv"
 	"testing"
@@ -11,9 +12,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
-	"github.com/postguard/postguard/db"
 	"github.com/postguard/postguard/db/dbtest"
-	"github.com/postguard/postguard/db/postgres"
 )
 
 func TestPacer_Interval(t *testing.T) {
@@ -22,12 +21,16 @@ func TestPacer_Interval(t *testing.T) {
 	require.Equal(t, 525*time.Millisecond, pacerInterval(2))
 	require.Equal(t, 21*time.Millisecond, pacerInterval(50))
 	require.Nil(t, newPacer(nil, 0))
+	require.Nil(t, newPacer(nil, math.NaN()))
+	require.Nil(t, newPacer(nil, math.Inf(1)), "slots no time apart are no pace")
+	require.Nil(t, newPacer(nil, 2e6))
+	require.NotNil(t, newPacer(nil, 1e4))
 }
 
 func TestEmailWorkers_Pacing(t *testing.T) {
 	t.Parallel()
 
-	dbtest.Engines(t, func(t *testing.T, newStore func(t *testing.T) db.Store) {
+	dbtest.Engines(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
 		t.Run("SpacesSendsAcrossWorkers", func(t *testing.T) {
 			t.Parallel()
 
@@ -35,7 +38,7 @@ func TestEmailWorkers_Pacing(t *testing.T) {
 				sends  = 8
 				maxRPS = 10.0
 			)
-			bundle := setupWorker(t, newStore(t), &workerOpts{configure: func(config *Config) {
+			bundle := newClientBundle(t, newStore, &clientOpts{configure: func(config *Config) {
 				config.EmailWorkers = sends // all at once, were it not for the pacer
 				config.MaxRPS = maxRPS
 			}})
@@ -45,8 +48,9 @@ func TestEmailWorkers_Pacing(t *testing.T) {
 				jobIDs = append(jobIDs, bundle.insert(t, VerificationEmailArgs{UserID: user.ID}, nil).ID)
 			}
 			// Every slot is at or after the database's now at its reservation, which is after
-			// this (the database runs on this machine's clock, to the millisecond on SQLite).
-			started := time.Now().Truncate(time.Millisecond)
+			// this (the database runs on this machine's clock).
+			started, err := bundle.store.Now(t.Context())
+			require.NoError(t, err)
 			bundle.start(t)
 			for _, id := range jobIDs {
 				bundle.wait(t, id, river.EventKindJobCompleted)
@@ -72,11 +76,11 @@ func TestEmailWorkers_Pacing(t *testing.T) {
 			t.Parallel()
 
 			ctx := t.Context()
-			bundle := setupWorker(t, newStore(t), &workerOpts{configure: func(config *Config) {
+			bundle := newClientBundle(t, newStore, &clientOpts{configure: func(config *Config) {
 				config.MaxRPS = 1
 			}})
 			// Someone took the schedule ten minutes ahead: the next slot is that far, much
-			// further than half of JobTimeout (15 s).
+			// further than half of JobTimeout.
 			taken, _, err := bundle.store.SendPacerReserve(ctx, pacerName, 10*time.Minute)
 			require.NoError(t, err)
 			wantSlot := taken.Add(10 * time.Minute)
@@ -103,7 +107,7 @@ func TestEmailWorkers_Pacing(t *testing.T) {
 			t.Parallel()
 
 			ctx := t.Context()
-			bundle := setupWorker(t, newStore(t), &workerOpts{configure: func(config *Config) {
+			bundle := newClientBundle(t, newStore, &clientOpts{configure: func(config *Config) {
 				config.MaxRPS = 0.01 // one slot every 105 s: a second reservation would show
 			}})
 			// A job back from a pacer snooze, to a slot a moment from now.
@@ -132,11 +136,11 @@ func TestEmailWorkers_Pacing(t *testing.T) {
 			t.Parallel()
 
 			ctx := t.Context()
-			bundle := setupWorker(t, newStore(t), &workerOpts{configure: func(config *Config) {
+			bundle := newClientBundle(t, newStore, &clientOpts{configure: func(config *Config) {
 				config.MaxRPS = 1
 			}})
 			// A backlog so deep that the next slot is a day and an hour away: past the life of
-			// the idempotency key of a job created now.
+			// the idempotency key the job's first attempt makes.
 			_, _, err := bundle.store.SendPacerReserve(ctx, pacerName, IdempotencyKeyLifetime+time.Hour)
 			require.NoError(t, err)
 
@@ -155,6 +159,7 @@ func TestEmailWorkers_Pacing(t *testing.T) {
 			require.Empty(t, bundle.fake.Requests())
 			require.Equal(t, float64(1), bundle.deliveries(t, "verification_email", OutcomeRetried))
 		})
+
 	})
 }
 
@@ -165,16 +170,12 @@ func TestEmailWorkers_Pacing(t *testing.T) {
 func TestEmailWorkers_PacingOnTheDatabasesClock(t *testing.T) {
 	t.Parallel()
 
-	ctx := t.Context()
 	databaseURL := dbtest.PostgresURL(t)
-	openStore := func() db.Store {
-		store, err := postgres.New(ctx, databaseURL, &postgres.Config{Logger: dbtest.Logger(t)})
-		require.NoError(t, err)
-		t.Cleanup(func() { store.Close() })
-		return store
+	openStore := func(t testing.TB, opts ...dbtest.Option) *dbtest.Store {
+		return dbtest.OpenPostgres(t, databaseURL, opts...)
 	}
 
-	ahead := setupWorker(t, openStore(), &workerOpts{
+	ahead := newClientBundle(t, openStore, &clientOpts{
 		configure: func(config *Config) {
 			config.MaxRPS = 1
 			config.NowFunc = func() time.Time { return time.Now().Add(time.Hour) }
@@ -185,11 +186,11 @@ func TestEmailWorkers_PacingOnTheDatabasesClock(t *testing.T) {
 	first := ahead.insert(t, VerificationEmailArgs{UserID: user.ID}, nil)
 	ahead.start(t)
 	ahead.wait(t, first.ID, river.EventKindJobCompleted)
-	stopCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	stopCtx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	require.NoError(t, ahead.store.River().Stop(stopCtx))
+	require.NoError(t, ahead.store.Jobs().Stop(stopCtx))
 
-	onTime := setupWorker(t, openStore(), &workerOpts{configure: func(config *Config) {
+	onTime := newClientBundle(t, openStore, &clientOpts{configure: func(config *Config) {
 		config.MaxRPS = 1
 	}})
 	second := onTime.insert(t, VerificationEmailArgs{UserID: createUser(t, onTime.store).ID}, nil)

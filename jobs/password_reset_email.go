@@ -1,8 +1,6 @@
 package jobs
 
 import (
-	"context"
-
 	"github.com/riverqueue/river"
 
 	"github.com/postguard/postguard/db"
@@ -24,30 +22,23 @@ func (PasswordResetEmailArgs) InsertOpts() river.InsertOpts {
 	return emailInFlightUniqueInsertOpts()
 }
 
+func (a PasswordResetEmailArgs) userID() int64 { return a.UserID }
+
 // PasswordResetEmailWorker mails a link carrying a random token, valid ResetTokenTTL from the
 // job's first attempt; every attempt mails the same token under the same idempotency key.
 type PasswordResetEmailWorker struct {
-	river.WorkerDefaults[PasswordResetEmailArgs]
-
-	deliverer *emailDeliverer
-	links     *linkBuilder
+	emailWorker[PasswordResetEmailArgs]
 }
 
-// Work implements river.Worker.
-func (w *PasswordResetEmailWorker) Work(ctx context.Context, job *river.Job[PasswordResetEmailArgs]) error {
-	logger := w.deliverer.jobLogger(ctx, job.JobRow, job.Args.UserID)
-
-	user, err := w.deliverer.user(ctx, logger, job.JobRow, job.Args.UserID)
-	if err != nil || user == nil {
-		return err
-	}
-
-	return w.deliverer.send(ctx, logger, job.JobRow, user, db.TokenPurposeReset, ResetTokenTTL, func(token string) (*mail.Message, error) {
+var passwordResetEmail = &emailSpec{ //nolint:gochecknoglobals // a constant spec
+	purpose: db.TokenPurposeReset,
+	ttl:     ResetTokenTTL,
+	render: func(links *linkBuilder, user *db.User, token string) (*mail.Message, error) {
 		subject, html, text, err := mail.RenderPasswordReset(&mail.PasswordResetData{
 			Name:      user.Name,
-			ResetURL:  w.links.resetURL(token),
+			ResetURL:  links.resetURL(token),
 			ExpiresIn: ResetTokenTTL,
 		})
 		return &mail.Message{To: user.Email, Subject: subject, HTML: html, Text: text}, err
-	})
+	},
 }

@@ -175,7 +175,7 @@ func (w *PruneWorker) deleteLoop(ctx context.Context, deleteBatch func(ctx conte
 // finalized_at), keeps those before cutoff, and deletes them by id, still filtered by the state:
 // a job retried by hand between the list and the delete is left alone.
 func (w *PruneWorker) pruneJobs(ctx context.Context, cutoff time.Time) (int64, error) {
-	client := w.store.River()
+	client := w.store.Jobs()
 	var total int64
 	for _, state := range finishedStates() {
 		for {

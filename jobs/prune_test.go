@@ -15,18 +15,18 @@ import (
 	"github.com/postguard/postguard/db"
 	"github.com/postguard/postguard/db/dbtest"
 	"github.com/postguard/postguard/jobs/mail/resendfake"
-	"github.com/postguard/postguard/jobs/tokens"
+	"github.com/postguard/postguard/tokens"
 )
 
 func TestPruneWorker_Work(t *testing.T) {
 	t.Parallel()
 
-	dbtest.Engines(t, func(t *testing.T, newStore func(t *testing.T) db.Store) {
+	dbtest.Engines(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
 		t.Run("DeletesExactlyWhatIsPastRetention", func(t *testing.T) {
 			t.Parallel()
 
 			const jobRetention = time.Hour
-			bundle := setupWorker(t, newStore(t), &workerOpts{configure: func(config *Config) {
+			bundle := newClientBundle(t, newStore, &clientOpts{configure: func(config *Config) {
 				config.JobRetention = jobRetention
 			}})
 			ctx := t.Context()
@@ -79,7 +79,7 @@ func TestPruneWorker_Work(t *testing.T) {
 					KeyHash:     counterKey(i),
 					WindowStart: windowEnd.Add(-15 * time.Minute),
 					WindowEnd:   windowEnd,
-					Limit:       10,
+					LimitCount:  10,
 				})
 				require.NoError(t, err)
 				require.True(t, ok)
@@ -148,7 +148,7 @@ func TestPruneWorker_Work(t *testing.T) {
 			require.NoError(t, errs[1])
 
 			for _, id := range oldIDs {
-				_, err := store.River().JobGet(ctx, id)
+				_, err := store.Jobs().JobGet(ctx, id)
 				require.ErrorIs(t, err, rivertype.ErrNotFound, "job %d", id)
 			}
 			require.Equal(t, rivertype.JobStateCompleted, bundle.job(t, recent.ID).State)
@@ -180,7 +180,7 @@ func TestPruneWorker_Work(t *testing.T) {
 		t.Run("PeriodicPruneRunsOnStart", func(t *testing.T) {
 			t.Parallel()
 
-			bundle := setupWorker(t, newStore(t), &workerOpts{keepPeriodicJobs: true})
+			bundle := newClientBundle(t, newStore, &clientOpts{keepPeriodicJobs: true})
 			bundle.start(t)
 
 			event := bundle.waitKind(t, PruneArgs{}.Kind(), river.EventKindJobCompleted)

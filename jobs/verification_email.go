@@ -1,8 +1,6 @@
 package jobs
 
 import (
-	"context"
-
 	"github.com/riverqueue/river"
 
 	"github.com/postguard/postguard/db"
@@ -25,32 +23,25 @@ func (VerificationEmailArgs) InsertOpts() river.InsertOpts {
 	return emailInFlightUniqueInsertOpts()
 }
 
+func (a VerificationEmailArgs) userID() int64 { return a.UserID }
+
 // VerificationEmailWorker mails a link carrying a random token, valid VerifyTokenTTL from the
 // job's first attempt; every attempt mails the same token under the same idempotency key.
 type VerificationEmailWorker struct {
-	river.WorkerDefaults[VerificationEmailArgs]
-
-	deliverer *emailDeliverer
-	links     *linkBuilder
+	emailWorker[VerificationEmailArgs]
 }
 
-// Work implements river.Worker.
-func (w *VerificationEmailWorker) Work(ctx context.Context, job *river.Job[VerificationEmailArgs]) error {
-	logger := w.deliverer.jobLogger(ctx, job.JobRow, job.Args.UserID)
-
-	user, err := w.deliverer.user(ctx, logger, job.JobRow, job.Args.UserID)
-	if err != nil || user == nil {
-		return err
-	}
-
-	return w.deliverer.send(ctx, logger, job.JobRow, user, db.TokenPurposeVerify, VerifyTokenTTL, func(token string) (*mail.Message, error) {
+var verificationEmail = &emailSpec{ //nolint:gochecknoglobals // a constant spec
+	purpose: db.TokenPurposeVerify,
+	ttl:     VerifyTokenTTL,
+	render: func(links *linkBuilder, user *db.User, token string) (*mail.Message, error) {
 		subject, html, text, err := mail.RenderVerification(&mail.VerificationData{
 			Name:      user.Name,
-			VerifyURL: w.links.verifyURL(token),
+			VerifyURL: links.verifyURL(token),
 			ExpiresIn: VerifyTokenTTL,
 		})
 		return &mail.Message{To: user.Email, Subject: subject, HTML: html, Text: text}, err
-	})
+	},
 }
 
 // emailInFlightUniqueInsertOpts are the insert options of the verification and reset jobs.

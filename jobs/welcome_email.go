@@ -1,11 +1,10 @@
 package jobs
 
 import (
-	"context"
-
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 
+	"github.com/postguard/postguard/db"
 	"github.com/postguard/postguard/jobs/mail"
 )
 
@@ -31,34 +30,26 @@ func (WelcomeEmailArgs) InsertOpts() river.InsertOpts {
 	}
 }
 
+func (a WelcomeEmailArgs) userID() int64 { return a.UserID }
+
 // WelcomeEmailWorker sends the welcome email, with a one-click unsubscribe link (RFC 8058), unless
 // the user unsubscribed before it went out.
 type WelcomeEmailWorker struct {
-	river.WorkerDefaults[WelcomeEmailArgs]
-
-	deliverer *emailDeliverer
-	links     *linkBuilder
+	emailWorker[WelcomeEmailArgs]
 }
 
-// Work implements river.Worker.
-func (w *WelcomeEmailWorker) Work(ctx context.Context, job *river.Job[WelcomeEmailArgs]) error {
-	logger := w.deliverer.jobLogger(ctx, job.JobRow, job.Args.UserID)
-
-	user, err := w.deliverer.user(ctx, logger, job.JobRow, job.Args.UserID)
-	if err != nil || user == nil {
-		return err
-	}
-	if user.UnsubscribedAt != nil {
-		logger.InfoContext(ctx, "user unsubscribed; welcome email not sent")
-		w.deliverer.metrics.delivery(job.Kind, OutcomeSkipped)
-		return nil
-	}
-
-	unsubscribeURL := w.links.unsubscribeURL(user.ID)
-	return w.deliverer.send(ctx, logger, job.JobRow, user, "", 0, func(string) (*mail.Message, error) {
+var welcomeEmail = &emailSpec{ //nolint:gochecknoglobals // a constant spec
+	skip: func(user *db.User) string {
+		if user.UnsubscribedAt != nil {
+			return "the user unsubscribed; welcome email not sent"
+		}
+		return ""
+	},
+	render: func(links *linkBuilder, user *db.User, _ string) (*mail.Message, error) {
+		unsubscribeURL := links.unsubscribeURL(user.ID)
 		subject, html, text, err := mail.RenderWelcome(&mail.WelcomeData{
 			Name:           user.Name,
-			AppURL:         w.links.appURL,
+			AppURL:         links.appURL,
 			UnsubscribeURL: unsubscribeURL,
 		})
 		return &mail.Message{
@@ -71,5 +62,5 @@ func (w *WelcomeEmailWorker) Work(ctx context.Context, job *river.Job[WelcomeEma
 				"List-Unsubscribe-Post": "List-Unsubscribe=One-Click",
 			},
 		}, err
-	})
+	},
 }

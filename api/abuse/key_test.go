@@ -91,15 +91,3 @@ func TestKeyer_Key(t *testing.T) {
 		wg.Wait()
 	})
 }
-
-func TestKeyer_KeyAllocs(t *testing.T) { //nolint:paralleltest // AllocsPerRun wants a quiet process
-	if raceEnabled {
-		t.Skip("sync.Pool drops items at random under the race detector")
-	}
-	k := newKeyer([]byte("0123456789abcdef0123456789abcdef"))
-	k.key(ActionRegister, ScopeIP, "warm the pool")
-	allocs := testing.AllocsPerRun(100, func() {
-		_ = k.key(ActionRegister, ScopeEmail, "alice@example.com")
-	})
-	require.Zero(t, allocs)
-}

@@ -285,7 +285,7 @@ func (l *Limiter) check(ctx context.Context, rule *limiterRule, value string, no
 		KeyHash:     key[:],
 		WindowStart: win.start,
 		WindowEnd:   win.end,
-		Limit:       rule.Limit,
+		LimitCount:  rule.Limit,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("error consuming rate limit %s: %w", rule.PolicyName(), err)

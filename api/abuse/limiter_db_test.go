@@ -3,17 +3,14 @@ package abuse
 import (
 	"bytes"
 	"context"
-	"database/sql"
 	"net/netip"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/postguard/postguard/db"
 	"github.com/postguard/postguard/db/dbtest"
 )
 
@@ -29,13 +26,13 @@ type counterRow struct {
 }
 
 // counterRows reads rate_limit_counters through the engine's own handle.
-func counterRows(t *testing.T, store db.Store) []counterRow {
+func counterRows(t *testing.T, store *dbtest.Store) []counterRow {
 	t.Helper()
 
 	var rows []counterRow
-	switch s := store.(type) {
-	case interface{ Pool() *pgxpool.Pool }:
-		pgRows, err := s.Pool().Query(t.Context(), `
+	switch {
+	case store.Postgres != nil:
+		pgRows, err := store.Postgres.Pool().Query(t.Context(), `
 			SELECT key_hash,
 			       (extract(epoch FROM window_start) * 1000000)::bigint,
 			       (extract(epoch FROM window_end) * 1000000)::bigint,
@@ -51,8 +48,8 @@ func counterRows(t *testing.T, store db.Store) []counterRow {
 			rows = append(rows, r)
 		}
 		require.NoError(t, pgRows.Err())
-	case interface{ DB() *sql.DB }:
-		sqlRows, err := s.DB().QueryContext(t.Context(), `
+	default:
+		sqlRows, err := store.SQLite.DB().QueryContext(t.Context(), `
 			SELECT key_hash, window_start, window_end, count, limit_count,
 			       CAST(key_hash AS TEXT) || '|' || window_start || '|' || window_end || '|' || count || '|' || limit_count
 			FROM rate_limit_counters`)
@@ -64,8 +61,6 @@ func counterRows(t *testing.T, store db.Store) []counterRow {
 			rows = append(rows, r)
 		}
 		require.NoError(t, sqlRows.Err())
-	default:
-		t.Fatalf("unknown store %T", store)
 	}
 	return rows
 }
@@ -82,10 +77,10 @@ func findCounter(rows []counterRow, key keyHash) *counterRow {
 func TestLimiter_AllowStore(t *testing.T) {
 	t.Parallel()
 
-	dbtest.Engines(t, func(t *testing.T, newStore func(t *testing.T) db.Store) {
+	dbtest.Engines(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
 		type testBundle struct {
 			clock *stubClock
-			store db.Store
+			store *dbtest.Store
 			keys  *keyer
 		}
 

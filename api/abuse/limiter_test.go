@@ -47,7 +47,7 @@ func (m *memConsumer) RateLimitCounterConsume(_ context.Context, params *db.Rate
 		return 0, false, m.err
 	}
 	k := memKey{string(params.KeyHash), params.WindowStart.UnixNano()}
-	if m.counts[k] >= params.Limit {
+	if m.counts[k] >= params.LimitCount {
 		return 0, false, nil
 	}
 	m.counts[k]++
@@ -183,7 +183,7 @@ func TestLimiter_Allow(t *testing.T) {
 		p := bundle.consumer.params[len(bundle.consumer.params)-1]
 		require.True(t, windowBase.Add(15*time.Minute).Equal(p.WindowStart))
 		require.True(t, windowBase.Add(30*time.Minute).Equal(p.WindowEnd))
-		require.Equal(t, int64(5), p.Limit)
+		require.Equal(t, int64(5), p.LimitCount)
 	})
 
 	t.Run("IPRuleFirstThenEmail", func(t *testing.T) {

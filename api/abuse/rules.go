@@ -135,7 +135,7 @@ type Rules struct {
 	rules []Rule // in All order
 }
 
-// DefaultRules returns DESIGN.md's table:
+// DefaultRules returns the table of docs/api.md, Rate limits:
 //
 //	action               per IP     per email
 //	register             5 / 15m    3 / 1h
@@ -156,8 +156,8 @@ func DefaultRules() Rules {
 	}}
 }
 
-// All returns a copy of the rules in a stable order: the order they were added, DESIGN.md's
-// table order for DefaultRules.
+// All returns a copy of the rules in a stable order: the order they were added, the table's
+// order for DefaultRules.
 func (r Rules) All() []Rule {
 	return append([]Rule(nil), r.rules...)
 }

@@ -12,9 +12,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/postguard/postguard/cmd/internal/service"
 	"github.com/postguard/postguard/db"
-	"github.com/postguard/postguard/db/postgres"
-	"github.com/postguard/postguard/db/sqlite"
 )
 
 const (
@@ -83,19 +82,20 @@ func (d *database) migrate(ctx context.Context) error {
 	return nil
 }
 
-// open opens a store on the database, with the service's defaults (the pools `postguard serve`
-// would have).
-func (d *database) open(ctx context.Context) (db.Store, error) {
+// config is the service configuration of a process on the database: DATABASE_URL's part.
+func (d *database) config() *service.Config {
 	if d.engine == enginePostgres {
-		store, err := postgres.New(ctx, d.url, &postgres.Config{Logger: d.logger})
-		if err != nil {
-			return nil, fmt.Errorf("error opening PostgreSQL store: %w", err)
-		}
-		return store, nil
+		return &service.Config{Engine: service.EnginePostgres, DatabaseURL: d.url}
 	}
-	store, err := sqlite.Open(ctx, d.path, &sqlite.Config{Logger: d.logger})
+	return &service.Config{Engine: service.EngineSQLite, SQLitePath: d.path}
+}
+
+// open opens an insert-only store on the database, as `postguard migrate` does, for the run's own
+// statements (the ceiling, the users of the drain).
+func (d *database) open(ctx context.Context) (db.Store, error) {
+	store, err := service.OpenStore(ctx, d.config(), d.logger)
 	if err != nil {
-		return nil, fmt.Errorf("error opening SQLite store: %w", err)
+		return nil, fmt.Errorf("error opening the load database: %w", err)
 	}
 	return store, nil
 }

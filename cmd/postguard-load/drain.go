@@ -12,6 +12,8 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 
+	"github.com/postguard/postguard/api/abuse"
+	"github.com/postguard/postguard/cmd/internal/service"
 	"github.com/postguard/postguard/db"
 	"github.com/postguard/postguard/jobs"
 	"github.com/postguard/postguard/jobs/mail"
@@ -161,29 +163,27 @@ type subscriber interface {
 // drainPhase creates the users and inserts their jobs, then starts a River client with the real
 // workers and times it until every job is completed (or cancelled or discarded), or a bound.
 func (r *runner) drainPhase(ctx context.Context, d *database, phase *drainPhase) (*drainResult, error) {
-	store, err := d.open(ctx)
+	config := d.config()
+	config.AppSecret = r.secret
+	config.AppURL = appURL
+	config.EmailWorkers = r.opts.EmailWorkers
+	config.ResendMaxRPS = phase.maxRPS
+	config.FetchCooldown = r.opts.FetchCooldown
+	config.FetchPollInterval = r.opts.FetchPollInterval
+	config.Rules = abuse.DefaultRules()
+	// serve, not worker: the embedded default has no worker role; the API it also builds is idle.
+	svc, err := service.New(ctx, config, r.logger, service.RoleServe, &service.Opts{
+		Sender: phase.sender,
+		RiverConfigFunc: func(riverConfig *river.Config) {
+			riverConfig.PeriodicJobs = nil // no prune in the middle of a measurement
+		},
+	})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("error building the worker: %w", err)
 	}
-	defer store.Close()
-
-	riverConfig, err := jobs.NewRiverConfig(
-		&jobs.Deps{Store: store, Sender: phase.sender, Logger: r.logger},
-		&jobs.Config{
-			Secret:            r.secret,
-			AppURL:            appURL,
-			EmailWorkers:      r.opts.EmailWorkers,
-			MaxRPS:            phase.maxRPS,
-			FetchCooldown:     r.opts.FetchCooldown,
-			FetchPollInterval: r.opts.FetchPollInterval,
-		})
-	if err != nil {
-		return nil, fmt.Errorf("error building River config: %w", err)
-	}
-	if err := store.ConfigureRiver(riverConfig); err != nil {
-		return nil, fmt.Errorf("error configuring River: %w", err)
-	}
-	client := store.River()
+	defer svc.Close()
+	store := svc.Store
+	client := store.Jobs()
 
 	jobIDs, err := r.insertDrainJobs(ctx, store, phase)
 	if err != nil {
@@ -279,7 +279,6 @@ func (r *runner) drainPhase(ctx context.Context, d *database, phase *drainPhase)
 // insertDrainJobs creates phase.mails users directly through the store and inserts one
 // verification job for each, before any worker starts. It returns the jobs' ids.
 func (r *runner) insertDrainJobs(ctx context.Context, store db.Store, phase *drainPhase) (map[int64]bool, error) {
-	client := store.River()
 	var (
 		mu       sync.Mutex
 		ids      = make(map[int64]bool, phase.mails)
@@ -306,7 +305,7 @@ func (r *runner) insertDrainJobs(ctx context.Context, store db.Store, phase *dra
 				})
 				if err == nil {
 					var res *rivertype.JobInsertResult
-					res, err = client.Insert(ctx, jobs.VerificationEmailArgs{UserID: user.ID}, nil)
+					res, err = store.JobInsert(ctx, jobs.VerificationEmailArgs{UserID: user.ID}, nil)
 					if err == nil && res.UniqueSkippedAsDuplicate {
 						err = fmt.Errorf("verification job of new user %d skipped as a duplicate", user.ID)
 					}

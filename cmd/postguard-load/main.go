@@ -1,8 +1,8 @@
 // Command postguard-load measures postguard's throughput and the ratios between its paths. It
-// needs nothing but the service code and a database: it builds the service in-process from the
-// project's packages (api.New, abuse.NewLimiter, jobs.NewRiverConfig, postgres.New or
-// sqlite.Open) and drives it over real loopback HTTP with net/http clients, so HTTP, Gin, the
-// limiter and the store are all real.
+// needs nothing but the service code and a database: it builds the service in-process the way
+// the postguard command does (cmd/internal/service: one db.Store on the chosen engine, the
+// router, the limiter and the workers) and drives it over real loopback HTTP with net/http
+// clients, so HTTP, Gin, the limiter and the store are all real.
 //
 // Every scenario runs in one process and one run, so that the ratios between them compare like
 // with like on a noisy machine. It works in a schema of its own (PostgreSQL: pgload_<random>,

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"github.com/jackc/pgx/v5"
 	"io"
 	"log/slog"
 	"os"
@@ -12,9 +13,6 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
-
-	"github.com/postguard/postguard/db"
-	"github.com/postguard/postguard/db/postgres"
 )
 
 // runner runs the selected scenarios against one engine and fills the report.
@@ -128,11 +126,8 @@ func (r *runner) run(ctx context.Context) (*Report, error) {
 		return nil, err
 	}
 	defer store.Close()
-	if err := r.configureInsertOnly(store); err != nil {
-		return nil, err
-	}
 	if r.engine == enginePostgres {
-		r.report.Engine = enginePostgres + serverVersion(ctx, store)
+		r.report.Engine = enginePostgres + serverVersion(ctx, mainDB.url)
 	}
 
 	steps := []struct {
@@ -141,10 +136,10 @@ func (r *runner) run(ctx context.Context) (*Report, error) {
 	}{
 		{scenarioCeiling, func(ctx context.Context) error { return r.ceiling(ctx, store) }},
 		{scenarioManyIPs, func(ctx context.Context) error {
-			return r.manyIPs(ctx, store, scenarioManyIPs, rowCeilingPair, targetManyIPs)
+			return r.manyIPs(ctx, mainDB, scenarioManyIPs, rowCeilingPair, targetManyIPs)
 		}},
-		{scenarioHotIP, func(ctx context.Context) error { return r.hotIP(ctx, store) }},
-		{scenarioRegister, func(ctx context.Context) error { return r.register(ctx, store) }},
+		{scenarioHotIP, func(ctx context.Context) error { return r.hotIP(ctx, mainDB) }},
+		{scenarioRegister, func(ctx context.Context) error { return r.register(ctx, mainDB) }},
 		{scenarioEmailDrain, r.emailDrain},
 		{scenarioSQLite, r.sqliteManyIPs},
 	}
@@ -171,14 +166,16 @@ func (r *runner) run(ctx context.Context) (*Report, error) {
 	return r.report, nil
 }
 
-// serverVersion is " (PostgreSQL x.y)", or "" when it cannot be read.
-func serverVersion(ctx context.Context, store db.Store) string {
-	pgStore, ok := store.(*postgres.Store)
-	if !ok {
+// serverVersion is " (PostgreSQL x.y)" of the server at databaseURL, or "" when it cannot be
+// read.
+func serverVersion(ctx context.Context, databaseURL string) string {
+	conn, err := pgx.Connect(ctx, databaseURL)
+	if err != nil {
 		return ""
 	}
+	defer conn.Close(context.WithoutCancel(ctx))
 	var version string
-	if err := pgStore.Pool().QueryRow(ctx, "SHOW server_version").Scan(&version); err != nil {
+	if err := conn.QueryRow(ctx, "SHOW server_version").Scan(&version); err != nil {
 		return ""
 	}
 	return " (PostgreSQL " + strings.Fields(version)[0] + ")"

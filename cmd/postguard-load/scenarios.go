@@ -14,8 +14,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/crypto/argon2"
+
 	"github.com/postguard/postguard/api/abuse"
-	"github.com/postguard/postguard/api/argon2id"
 	"github.com/postguard/postguard/db"
 )
 
@@ -61,7 +62,7 @@ func (r *runner) ceiling(ctx context.Context, store db.Store) error {
 			KeyHash:     key,
 			WindowStart: start,
 			WindowEnd:   start.Add(window),
-			Limit:       unlimited,
+			LimitCount:  unlimited,
 		})
 		switch {
 		case err != nil:
@@ -183,9 +184,9 @@ func forgotPasswordRules() abuse.Rules {
 // manyIPs measures POST /v1/auth/forgot-password, each request from a new client IP with a new,
 // unknown email, every one admitted (202): two limiter checks on fresh keys plus one user lookup
 // (an unknown email opens no transaction and inserts no job). name's row compares with baseline.
-func (r *runner) manyIPs(ctx context.Context, store db.Store, name, baseline string, target float64) error {
+func (r *runner) manyIPs(ctx context.Context, d *database, name, baseline string, target float64) error {
 	clients := r.opts.HoldConcurrency
-	svc, err := r.startService(ctx, name, store, forgotPasswordRules(), clients)
+	svc, err := r.startService(ctx, name, d, forgotPasswordRules(), clients)
 	if err != nil {
 		return err
 	}
@@ -201,7 +202,7 @@ func (r *runner) manyIPs(ctx context.Context, store db.Store, name, baseline str
 		r.finishCeiling()
 	}
 
-	row := engineRow(name, "req", clients, s, store.Engine())
+	row := engineRow(name, "req", clients, s, d.engine)
 	row.Note = "forgot-password, new client IP (X-Forwarded-For from 127.0.0.1, a trusted proxy) and new unknown email per request: " +
 		"2 limiter checks on fresh keys + 1 user lookup (no transaction, no job); every 202 is held ≥100ms by the service (uniform timing), " +
 		"hence many clients"
@@ -212,13 +213,13 @@ func (r *runner) manyIPs(ctx context.Context, store db.Store, name, baseline str
 
 // hotIP measures one client IP over its forgot-password limit: every answer is a 429, which the
 // limiter's deny cache gives without the database.
-func (r *runner) hotIP(ctx context.Context, store db.Store) error {
+func (r *runner) hotIP(ctx context.Context, d *database) error {
 	rules := abuse.DefaultRules().
 		// A day-long window, so that no window ends during the run and readmits the IP.
 		With(abuse.Rule{Action: abuse.ActionForgotPassword, Scope: abuse.ScopeIP, Limit: 1, Window: 24 * time.Hour}).
 		With(abuse.Rule{Action: abuse.ActionForgotPassword, Scope: abuse.ScopeEmail, Limit: unlimited, Window: time.Hour})
 	clients := r.opts.Concurrency
-	svc, err := r.startService(ctx, scenarioHotIP, store, rules, clients)
+	svc, err := r.startService(ctx, scenarioHotIP, d, rules, clients)
 	if err != nil {
 		return err
 	}
@@ -238,7 +239,7 @@ func (r *runner) hotIP(ctx context.Context, store db.Store) error {
 		body := prefix + strconv.FormatUint(seq, 10) + `@example.com"}`
 		return svc.post(ctx, "/v1/auth/forgot-password", ip, body, http.StatusTooManyRequests)
 	})
-	row := engineRow(scenarioHotIP, "req", clients, s, store.Engine())
+	row := engineRow(scenarioHotIP, "req", clients, s, d.engine)
 	row.Note = "one client IP over its limit: every answer a 429 from the limiter's deny cache, no database"
 	r.report.Rows = append(r.report.Rows, row)
 	r.report.compare(row, scenarioManyIPs, targetHotIP)
@@ -248,24 +249,17 @@ func (r *runner) hotIP(ctx context.Context, store db.Store) error {
 // register measures the argon2id hash rate of this process (hashConcurrency goroutines, as many
 // as the service may hash at once, hashing with the service's parameters), then POST /v1/auth/register with real hashing at -registrations
 // concurrent clients (new IP and email each), and the peak RSS meanwhile.
-func (r *runner) register(ctx context.Context, store db.Store) error {
+func (r *runner) register(ctx context.Context, d *database) error {
 	// The hash baseline runs half before and half after the registrations, so that a drift in
 	// the machine's load weighs on both alike.
 	procs := hashConcurrency()
 	password := []byte(loadPassword)
-	// The same implementation as the service's hasher: argon2id with a working buffer reused per
-	// hashing goroutine (api/argon2id), so the ratio is what HTTP, the limiter, the database and
-	// River add, not a difference between two hash implementations.
-	bufs := make(chan *argon2id.Buffer, procs)
-	for range procs {
-		bufs <- new(argon2id.Buffer)
-	}
+	// The same implementation and parameters as the service's hasher (golang.org/x/crypto/argon2),
+	// so the ratio is what HTTP, the limiter, the database and River add.
 	hashOnce := func(context.Context, uint64) error {
-		buf := <-bufs
-		defer func() { bufs <- buf }()
 		salt := make([]byte, 16)
 		_, _ = rand.Read(salt)
-		_ = buf.IDKey(password, salt, argonTime, argonMemoryKiB, argonThreads, argonKeyLen)
+		_ = argon2.IDKey(password, salt, argonTime, argonMemoryKiB, argonThreads, argonKeyLen)
 		return nil
 	}
 	firstHalf := max(r.opts.Duration/2, time.Millisecond)
@@ -275,7 +269,7 @@ func (r *runner) register(ctx context.Context, store db.Store) error {
 		With(abuse.Rule{Action: abuse.ActionRegister, Scope: abuse.ScopeIP, Limit: unlimited, Window: 15 * time.Minute}).
 		With(abuse.Rule{Action: abuse.ActionRegister, Scope: abuse.ScopeEmail, Limit: unlimited, Window: time.Hour})
 	clients := r.opts.Registrations
-	svc, err := r.startService(ctx, scenarioRegister, store, rules, clients)
+	svc, err := r.startService(ctx, scenarioRegister, d, rules, clients)
 	if err != nil {
 		return err
 	}
@@ -302,7 +296,7 @@ func (r *runner) register(ctx context.Context, store db.Store) error {
 	hashRow.Note = "argon2id m=19456 t=2 p=1 (api's parameters) at GOMAXPROCS goroutines (the service's HashConcurrency), no HTTP, no database; half measured before register, half after"
 	r.report.Rows = append(r.report.Rows, hashRow)
 
-	row := engineRow(scenarioRegister, "req", clients, s, store.Engine())
+	row := engineRow(scenarioRegister, "req", clients, s, d.engine)
 	row.Note = "new IP and email per request: 2 limiter checks, argon2id (HashConcurrency = GOMAXPROCS, the baseline's goroutines), user + welcome and verification jobs in one transaction"
 	r.report.Rows = append(r.report.Rows, row)
 	r.report.compare(row, rowHash, targetRegister)
@@ -331,13 +325,5 @@ func (r *runner) sqliteManyIPs(ctx context.Context) error {
 		return err
 	}
 	defer cleanup()
-	store, err := d.open(ctx)
-	if err != nil {
-		return err
-	}
-	defer store.Close()
-	if err := r.configureInsertOnly(store); err != nil {
-		return err
-	}
-	return r.manyIPs(ctx, store, rowSQLite, scenarioManyIPs, targetSQLite)
+	return r.manyIPs(ctx, d, rowSQLite, scenarioManyIPs, targetSQLite)
 }

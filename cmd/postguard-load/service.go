@@ -14,12 +14,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/postguard/postguard/api"
 	"github.com/postguard/postguard/api/abuse"
-	"github.com/postguard/postguard/db"
-	"github.com/postguard/postguard/jobs"
+	"github.com/postguard/postguard/cmd/internal/service"
 )
 
 // trustedProxy is the load clients' address: the service believes their X-Forwarded-For, as it
@@ -34,58 +31,46 @@ const appURL = "http://127.0.0.1"
 // the argon2id-hash baseline: GOMAXPROCS, the most hashes that can run at once.
 func hashConcurrency() int { return runtime.GOMAXPROCS(0) }
 
-// service is postguard's HTTP API built in-process as `postguard api` builds it (api.New with an
-// abuse.Limiter on the store, the production server timeouts), listening on a loopback port.
-type service struct {
+// loadService is postguard's HTTP API built in-process by the very constructor `postguard api`
+// uses (service.New, role api: its store and pools, limiter and router), with the production
+// server timeouts, listening on a loopback port.
+type loadService struct {
 	url    string
+	svc    *service.Service
 	server *http.Server
 	client *http.Client
 	served chan struct{}
 	closed sync.Once
 }
 
-// configureInsertOnly configures store's River client as the api role does: workers registered,
-// no queues, so requests can insert jobs that nobody works in the run.
-func (r *runner) configureInsertOnly(store db.Store) error {
-	riverConfig, err := jobs.NewRiverConfig(&jobs.Deps{Store: store, Logger: r.logger}, &jobs.Config{
-		Secret:     r.secret,
-		AppURL:     appURL,
-		InsertOnly: true,
-	})
-	if err != nil {
-		return fmt.Errorf("error building River config: %w", err)
-	}
-	if err := store.ConfigureRiver(riverConfig); err != nil {
-		return fmt.Errorf("error configuring River: %w", err)
-	}
-	return nil
-}
-
-// startService serves the API on 127.0.0.1 with its own limiter (rules) and metrics registry, and
-// returns it with an HTTP client keeping up to clients connections alive.
+// startService serves the API of d on 127.0.0.1 with its own limiter (rules) and metrics
+// registry, and returns it with an HTTP client keeping up to clients connections alive.
 //
 // The server's goroutines carry the pprof label scenario=name, as the load clients' do, so that
 // -cpuprofile can be read per scenario.
-func (r *runner) startService(ctx context.Context, name string, store db.Store, rules abuse.Rules, clients int) (*service, error) {
+func (r *runner) startService(ctx context.Context, name string, d *database, rules abuse.Rules, clients int) (*loadService, error) {
 	trusted, err := abuse.ParseTrustedProxies(trustedProxy)
 	if err != nil {
 		return nil, fmt.Errorf("error parsing trusted proxies: %w", err)
 	}
-	registry := prometheus.NewRegistry()
-	limiter := abuse.NewLimiter(store, r.secret, rules, &abuse.LimiterConfig{Registerer: registry})
-	handler, err := api.New(&api.Config{
-		Store:      store,
-		Limiter:    limiter,
-		IPResolver: abuse.NewIPResolver(trusted),
-		Secret:     r.secret,
-		AppURL:     appURL,
-		Logger:     r.logger,
-		Registerer: registry,
-		Gatherer:   registry,
-		// Explicit, so that the register scenario's bound on concurrent hashes is the very
-		// concurrency of its argon2id-hash baseline (the service's default is runtime.NumCPU,
-		// which differs from GOMAXPROCS under a CPU quota or GOMAXPROCS=n).
-		HashConcurrency: hashConcurrency(),
+	config := d.config()
+	config.AppSecret = r.secret
+	config.AppURL = appURL
+	config.Rules = rules
+	config.TrustedProxies = trusted
+	config.Mailer = service.MailerNone
+	// `postguard api`; on the embedded default, which has no api role, `postguard serve` with its
+	// River client not started.
+	role := service.RoleAPI
+	if d.engine == engineSQLite {
+		role = service.RoleServe
+	}
+	svc, err := service.New(ctx, config, r.logger, role, &service.Opts{
+		APIConfigFunc: func(config *api.Config) {
+			// Explicit, so that the register scenario's bound on concurrent hashes is the very
+			// concurrency of its argon2id-hash baseline.
+			config.HashConcurrency = hashConcurrency()
+		},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("error building the API: %w", err)
@@ -93,22 +78,16 @@ func (r *runner) startService(ctx context.Context, name string, store db.Store, 
 
 	listener, err := (&net.ListenConfig{}).Listen(ctx, "tcp", "127.0.0.1:0")
 	if err != nil {
+		svc.Close()
 		return nil, fmt.Errorf("error listening on 127.0.0.1: %w", err)
 	}
-	// The timeouts of cmd/postguard's server.
 	labels := pprof.Labels("scenario", name)
-	server := &http.Server{
-		Handler: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-			pprof.Do(req.Context(), labels, func(context.Context) { handler.ServeHTTP(w, req) })
-		}),
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       15 * time.Second,
-		WriteTimeout:      30 * time.Second,
-		IdleTimeout:       60 * time.Second,
-		ErrorLog:          slog.NewLogLogger(r.logger.Handler(), slog.LevelWarn),
-	}
-	s := &service{
+	server := service.NewHTTPServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		pprof.Do(req.Context(), labels, func(context.Context) { svc.Handler.ServeHTTP(w, req) })
+	}), r.logger)
+	s := &loadService{
 		url:    "http://" + listener.Addr().String(),
+		svc:    svc,
 		server: server,
 		served: make(chan struct{}),
 		client: &http.Client{
@@ -129,8 +108,9 @@ func (r *runner) startService(ctx context.Context, name string, store db.Store, 
 	return s, nil
 }
 
-// close stops the server, waiting up to 5s for requests in flight. Safe to call twice.
-func (s *service) close() {
+// close stops the server, waiting up to 5s for requests in flight, and closes the service. Safe
+// to call twice.
+func (s *loadService) close() {
 	s.closed.Do(func() {
 		s.client.CloseIdleConnections()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -139,11 +119,12 @@ func (s *service) close() {
 			_ = s.server.Close()
 		}
 		<-s.served
+		_ = s.svc.Close()
 	})
 }
 
 // post sends a JSON body from clientIP (through X-Forwarded-For) and wants status back.
-func (s *service) post(ctx context.Context, path, clientIP, body string, want int) error {
+func (s *loadService) post(ctx context.Context, path, clientIP, body string, want int) error {
 	//nolint:gosec // G704: s.url is the service's own loopback listener, path a constant route
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url+path, strings.NewReader(body))
 	if err != nil {

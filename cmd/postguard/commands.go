@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"runtime/debug"
+
+	"github.com/postguard/postguard/cmd/internal/service"
 )
 
 // version is set at build time with -ldflags "-X main.version=v1.2.3".
@@ -38,7 +40,7 @@ func (c *migrateCommand) Run(ctx context.Context, env *commandEnv) error {
 	}
 	logger := newLogger(cfg, env.Stderr)
 
-	store, err := openStore(ctx, cfg, logger)
+	store, err := service.OpenStore(ctx, cfg, logger)
 	if err != nil {
 		return err
 	}

@@ -12,70 +12,23 @@ import (
 	"strings"
 	"time"
 
+	"github.com/riverqueue/river"
+
 	"github.com/postguard/postguard/api/abuse"
-)
-
-// Engines a DATABASE_URL can select.
-const (
-	enginePostgres = "postgres"
-	engineSQLite   = "sqlite"
-)
-
-// Mailers MAILER can select.
-const (
-	mailerResend = "resend"
-	mailerLog    = "log"
-	mailerNone   = "none"
+	"github.com/postguard/postguard/cmd/internal/service"
+	"github.com/postguard/postguard/jobs"
 )
 
 // minSecretLen is the shortest APP_SECRET accepted: an HMAC key shorter than its hash's block of
 // entropy (32 bytes for SHA-256) weakens every token and rate-limit key derived from it.
 const minSecretLen = 32
 
+// maxResendMaxRPS bounds RESEND_MAX_RPS: far above any provider's rate, so that a typo (1e9) or
+// +Inf is refused at start rather than taken as no pace at all.
+const maxResendMaxRPS = 10_000
+
 // config is everything postguard reads from its environment, read once at start by loadConfig.
-type config struct {
-	DatabaseURL string
-	Engine      string // enginePostgres or engineSQLite
-	SQLitePath  string // with engineSQLite: the file, verbatim from sqlite://PATH
-
-	HTTPAddr string
-	AppURL   string
-
-	// MetricsAddr is the listener of /metrics for serve and api; "" when METRICS_ADDR is off.
-	MetricsAddr string
-
-	// AppSecret is nil on the embedded default when APP_SECRET is unset: the store then keeps a
-	// generated one in PATH.secret beside the database.
-	AppSecret []byte
-
-	ResendAPIKey    string
-	ResendFromEmail string
-	ResendBaseURL   string
-	ResendMaxRPS    float64
-	Mailer          string
-
-	TrustedProxies []netip.Prefix
-	Rules          abuse.Rules
-
-	// ClientIPHeader is CLIENT_IP_HEADER: the header a trusted proxy's client address is read from.
-	ClientIPHeader abuse.ClientIPHeader
-
-	RiverUIUsername string
-	RiverUIPassword string
-
-	JobRetention      time.Duration
-	CounterRetention  time.Duration
-	PruneInterval     time.Duration
-	ShutdownTimeout   time.Duration
-	EmailWorkers      int
-	JobTimeout        time.Duration
-	JobRescueAfter    time.Duration
-	FetchCooldown     time.Duration
-	FetchPollInterval time.Duration
-
-	LogFormat string
-	LogLevel  slog.Level
-}
+type config = service.Config
 
 // loadConfig reads the configuration from getenv (os.Getenv in main). Every bad value is
 // reported, each naming its variable and what it expects, so an operator fixes them in one go.
@@ -89,14 +42,14 @@ func loadConfig(getenv func(string) string) (*config, error) {
 		ResendBaseURL:     cmp.Or(getenv("RESEND_BASE_URL"), "https://api.resend.com/"),
 		RiverUIUsername:   getenv("RIVERUI_USERNAME"),
 		RiverUIPassword:   getenv("RIVERUI_PASSWORD"),
-		JobRetention:      p.duration("JOB_RETENTION", 336*time.Hour, time.Minute),
-		CounterRetention:  p.duration("COUNTER_RETENTION", 24*time.Hour, 0),
-		PruneInterval:     p.duration("PRUNE_INTERVAL", time.Hour, time.Second),
+		JobRetention:      p.duration("JOB_RETENTION", jobs.DefaultJobRetention, time.Minute),
+		CounterRetention:  p.duration("COUNTER_RETENTION", jobs.DefaultCounterRetention, 0),
+		PruneInterval:     p.duration("PRUNE_INTERVAL", jobs.DefaultPruneInterval, time.Second),
 		ShutdownTimeout:   p.duration("SHUTDOWN_TIMEOUT", 10*time.Second, 0),
 		ResendMaxRPS:      p.float("RESEND_MAX_RPS", 2),
-		EmailWorkers:      p.int("EMAIL_WORKERS", 10, 1, 10_000),
-		JobTimeout:        p.duration("JOB_TIMEOUT", 30*time.Second, time.Second),
-		JobRescueAfter:    p.duration("JOB_RESCUE_AFTER", 5*time.Minute, time.Second),
+		EmailWorkers:      p.int("EMAIL_WORKERS", jobs.DefaultEmailWorkers, 1, river.QueueNumWorkersMax),
+		JobTimeout:        p.duration("JOB_TIMEOUT", jobs.DefaultJobTimeout, time.Second),
+		JobRescueAfter:    p.duration("JOB_RESCUE_AFTER", jobs.DefaultRescueAfter, time.Second),
 		FetchCooldown:     p.duration("JOB_FETCH_COOLDOWN", 100*time.Millisecond, time.Millisecond),
 		FetchPollInterval: p.duration("JOB_FETCH_POLL_INTERVAL", time.Second, time.Millisecond),
 	}
@@ -117,8 +70,8 @@ func loadConfig(getenv func(string) string) (*config, error) {
 	if cfg.FetchPollInterval < cfg.FetchCooldown {
 		p.fail("JOB_FETCH_POLL_INTERVAL", "must be at least JOB_FETCH_COOLDOWN (%s)", cfg.FetchCooldown)
 	}
-	if cfg.ResendMaxRPS < 0 {
-		p.fail("RESEND_MAX_RPS", "must be 0 (unpaced) or a positive number of sends per second")
+	if !(cfg.ResendMaxRPS >= 0 && cfg.ResendMaxRPS <= maxResendMaxRPS) { // NaN fails both
+		p.fail("RESEND_MAX_RPS", "must be 0 (unpaced) or a number of sends per second up to %d", maxResendMaxRPS)
 	}
 	if (cfg.RiverUIUsername == "") != (cfg.RiverUIPassword == "") {
 		p.fail("RIVERUI_PASSWORD", "RIVERUI_USERNAME and RIVERUI_PASSWORD must be set together (River UI is not mounted when both are unset)")
@@ -200,14 +153,14 @@ func (p *envParser) databaseURL(cfg *config) {
 			p.fail("DATABASE_URL", "cannot parse the PostgreSQL URL (expected postgres://user:pass@host:5432/dbname)")
 			return
 		}
-		cfg.Engine = enginePostgres
+		cfg.Engine = service.EnginePostgres
 	case strings.HasPrefix(raw, "sqlite://"):
 		path := strings.TrimPrefix(raw, "sqlite://")
 		if path == "" {
 			p.fail("DATABASE_URL", "sqlite:// needs a file path, e.g. sqlite://postguard.db")
 			return
 		}
-		cfg.Engine, cfg.SQLitePath = engineSQLite, path
+		cfg.Engine, cfg.SQLitePath = service.EngineSQLite, path
 	default:
 		p.fail("DATABASE_URL", "must start with postgres://, postgresql:// or sqlite:// (the default is sqlite://postguard.db)")
 	}
@@ -245,7 +198,7 @@ func (p *envParser) metricsAddr() string {
 func (p *envParser) secret(engine string) []byte {
 	s := p.getenv("APP_SECRET")
 	switch {
-	case s == "" && engine == enginePostgres:
+	case s == "" && engine == service.EnginePostgres:
 		p.fail("APP_SECRET", "required on PostgreSQL: at least %d random bytes, e.g. `openssl rand -hex 32`", minSecretLen)
 		return nil
 	case s == "":
@@ -300,15 +253,15 @@ func (p *envParser) mailer(cfg *config) string {
 	if mailer == "" {
 		switch {
 		case cfg.ResendAPIKey != "":
-			mailer = mailerResend
-		case cfg.Engine == engineSQLite:
-			mailer = mailerLog
+			mailer = service.MailerResend
+		case cfg.Engine == service.EngineSQLite:
+			mailer = service.MailerLog
 		default:
-			mailer = mailerNone
+			mailer = service.MailerNone
 		}
 	}
 	switch mailer {
-	case mailerResend:
+	case service.MailerResend:
 		if cfg.ResendAPIKey == "" {
 			p.fail("RESEND_API_KEY", "required when MAILER=resend")
 		}
@@ -318,7 +271,7 @@ func (p *envParser) mailer(cfg *config) string {
 		if u, err := url.Parse(cfg.ResendBaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			p.fail("RESEND_BASE_URL", "%q is not an absolute http(s) URL", cfg.ResendBaseURL)
 		}
-	case mailerLog, mailerNone:
+	case service.MailerLog, service.MailerNone:
 	default:
 		p.fail("MAILER", "%q is not one of resend, log, none", mailer)
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postguard/postguard/api/abuse"
+	"github.com/postguard/postguard/cmd/internal/service"
 )
 
 func envFunc(env map[string]string) func(string) string {
@@ -22,12 +23,12 @@ func TestLoadConfig(t *testing.T) {
 
 		cfg, err := loadConfig(envFunc(nil))
 		require.NoError(t, err)
-		require.Equal(t, engineSQLite, cfg.Engine)
+		require.Equal(t, service.EngineSQLite, cfg.Engine)
 		require.Equal(t, "postguard.db", cfg.SQLitePath)
 		require.Equal(t, ":8080", cfg.HTTPAddr)
 		require.Equal(t, "http://localhost:8080", cfg.AppURL)
 		require.Nil(t, cfg.AppSecret, "the embedded default keeps a generated secret beside its database")
-		require.Equal(t, mailerLog, cfg.Mailer)
+		require.Equal(t, service.MailerLog, cfg.Mailer)
 		require.Equal(t, 336*time.Hour, cfg.JobRetention)
 		require.Equal(t, 24*time.Hour, cfg.CounterRetention)
 		require.Equal(t, time.Hour, cfg.PruneInterval)
@@ -82,8 +83,8 @@ func TestLoadConfig(t *testing.T) {
 			"TRUSTED_PROXIES":   "10.0.0.0/8, 192.168.1.1",
 		}))
 		require.NoError(t, err)
-		require.Equal(t, enginePostgres, cfg.Engine)
-		require.Equal(t, mailerResend, cfg.Mailer, "a Resend key selects the Resend mailer")
+		require.Equal(t, service.EnginePostgres, cfg.Engine)
+		require.Equal(t, service.MailerResend, cfg.Mailer, "a Resend key selects the Resend mailer")
 		require.Len(t, cfg.TrustedProxies, 2)
 	})
 
@@ -95,7 +96,7 @@ func TestLoadConfig(t *testing.T) {
 			"APP_SECRET":   strings.Repeat("s", 32),
 		}))
 		require.NoError(t, err)
-		require.Equal(t, mailerNone, cfg.Mailer)
+		require.Equal(t, service.MailerNone, cfg.Mailer)
 	})
 
 	t.Run("RateLimitOverride", func(t *testing.T) {
@@ -134,6 +135,8 @@ func TestLoadConfig(t *testing.T) {
 		{"Workers", map[string]string{"EMAIL_WORKERS": "0"}, "EMAIL_WORKERS"},
 		{"MaxRPS", map[string]string{"RESEND_MAX_RPS": "-1"}, "RESEND_MAX_RPS"},
 		{"MaxRPSGarbage", map[string]string{"RESEND_MAX_RPS": "fast"}, "RESEND_MAX_RPS"},
+		{"MaxRPSInfinite", map[string]string{"RESEND_MAX_RPS": "+Inf"}, "RESEND_MAX_RPS"},
+		{"MaxRPSTooHigh", map[string]string{"RESEND_MAX_RPS": "1e9"}, "RESEND_MAX_RPS"},
 		{"Mailer", map[string]string{"MAILER": "smtp"}, "MAILER"},
 		{"ResendWithoutFrom", map[string]string{"MAILER": "resend", "RESEND_API_KEY": "re_1"}, "RESEND_FROM_EMAIL"},
 		{"ResendBaseURL", map[string]string{"RESEND_API_KEY": "re_1", "RESEND_FROM_EMAIL": "a@b.c", "RESEND_BASE_URL": "::"}, "RESEND_BASE_URL"},

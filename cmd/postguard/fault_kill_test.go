@@ -10,34 +10,28 @@ import (
 	"testing"
 	"time"
 
-	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
 	"github.com/postguard/postguard/db"
 	"github.com/postguard/postguard/db/dbtest"
-	"github.com/postguard/postguard/db/postgres"
 	"github.com/postguard/postguard/jobs"
 	"github.com/postguard/postguard/jobs/mail/resendfake"
 )
 
 // openTestStore opens a store on databaseURL (a dbtest schema URL that a process under test
 // uses too) with an insert-only River client, closed when t ends.
-func openTestStore(t *testing.T, databaseURL string) *postgres.Store {
+func openTestStore(t *testing.T, databaseURL string) db.Store {
 	t.Helper()
-	store, err := postgres.New(t.Context(), databaseURL, &postgres.Config{Logger: dbtest.Logger(t)})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = store.Close() })
-	dbtest.ConfigureRiver(t, store, &river.Config{})
-	return store
+	return dbtest.OpenPostgres(t, databaseURL)
 }
 
 // waitJob polls job id until cond holds, and returns it.
-func waitJob(t *testing.T, store *postgres.Store, id int64, within time.Duration, what string, cond func(job *rivertype.JobRow) bool) *rivertype.JobRow {
+func waitJob(t *testing.T, store db.Store, id int64, within time.Duration, what string, cond func(job *rivertype.JobRow) bool) *rivertype.JobRow {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for {
-		job, err := store.River().JobGet(t.Context(), id)
+		job, err := store.Jobs().JobGet(t.Context(), id)
 		require.NoError(t, err)
 		if cond(job) {
 			return job
@@ -108,7 +102,7 @@ func TestWorker_KillAfterSend(t *testing.T) {
 
 	worker := startProcess(t, "worker", maps.Clone(env))
 	insertedAt := time.Now().Truncate(time.Microsecond) // PostgreSQL's precision
-	inserted, err := store.River().Insert(t.Context(), jobs.VerificationEmailArgs{UserID: user.ID}, nil)
+	inserted, err := store.JobInsert(t.Context(), jobs.VerificationEmailArgs{UserID: user.ID}, nil)
 	require.NoError(t, err)
 	jobID := inserted.Job.ID
 
@@ -126,7 +120,7 @@ func TestWorker_KillAfterSend(t *testing.T) {
 	// The provider finishes the request the dead worker never hears the answer of.
 	releaseFirst()
 
-	job, err := store.River().JobGet(t.Context(), jobID)
+	job, err := store.Jobs().JobGet(t.Context(), jobID)
 	require.NoError(t, err)
 	require.Equal(t, rivertype.JobStateRunning, job.State, "the dead worker's job is left running")
 	require.Equal(t, 1, job.Attempt)
@@ -142,7 +136,7 @@ func TestWorker_KillAfterSend(t *testing.T) {
 	require.False(t, job.AttemptedAt.Before(insertedAt) || job.AttemptedAt.After(killedAt),
 		"attempted at %s, inserted at %s, killed at %s", job.AttemptedAt, insertedAt, killedAt)
 
-	_, err = store.Client().JobRetry(t.Context(), jobID)
+	_, err = store.Jobs().JobRetry(t.Context(), jobID)
 	require.NoError(t, err)
 	job = waitJob(t, store, jobID, 15*time.Second, "completed", func(job *rivertype.JobRow) bool {
 		return job.State == rivertype.JobStateCompleted || job.FinalizedAt != nil

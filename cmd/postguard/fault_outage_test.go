@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/postguard/postguard/cmd/internal/service"
 	"github.com/postguard/postguard/db/dbtest"
 )
 
@@ -72,7 +73,7 @@ func startOutageAPI(t *testing.T) (*dbtest.PostgresDatabase, *runningServer) {
 
 	database := dbtest.NewPostgresDatabase(t)
 	server := startServerCommand(t, &serverCommand{
-		role: roleAPI,
+		role: service.RoleAPI,
 	}, map[string]string{
 		"DATABASE_URL":              database.URL,
 		"APP_SECRET":                faultSecret,

@@ -16,6 +16,7 @@ import (
 
 	"github.com/postguard/postguard/api"
 	"github.com/postguard/postguard/api/abuse"
+	"github.com/postguard/postguard/db"
 	"github.com/postguard/postguard/db/dbtest"
 	"github.com/postguard/postguard/jobs"
 	"github.com/postguard/postguard/jobs/mail"
@@ -37,27 +38,26 @@ func TestServe_WorkerPanic(t *testing.T) {
 	t.Parallel()
 
 	ctx := t.Context()
-	store := dbtest.NewPostgres(t)
 	secret := []byte(faultSecret)
 	registry := prometheus.NewRegistry()
 	logs := &syncBuffer{}
 	logger := newLogger(&config{LogFormat: "json"}, logs)
 
-	riverConfig, err := jobs.NewRiverConfig(
-		&jobs.Deps{Store: store, Sender: panicSender{}, Logger: logger, Registerer: registry},
-		&jobs.Config{
-			Secret:            secret,
-			AppURL:            "http://localhost:8080",
-			FetchCooldown:     10 * time.Millisecond,
-			FetchPollInterval: 100 * time.Millisecond,
-		})
-	require.NoError(t, err)
-	dbtest.ConfigureRiver(t, store, riverConfig)
-	require.NoError(t, store.River().Start(ctx))
+	store := dbtest.NewPostgres(t, dbtest.WithRiverConfig(func(store db.Store) (*river.Config, error) {
+		return jobs.NewRiverConfig(
+			&jobs.Deps{Store: store, Sender: panicSender{}, Logger: logger, Registerer: registry},
+			&jobs.Config{
+				Secret:            secret,
+				AppURL:            "http://localhost:8080",
+				FetchCooldown:     10 * time.Millisecond,
+				FetchPollInterval: 100 * time.Millisecond,
+			})
+	}))
+	require.NoError(t, store.Jobs().Start(ctx))
 	t.Cleanup(func() {
 		stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		require.NoError(t, store.River().Stop(stopCtx))
+		require.NoError(t, store.Jobs().Stop(stopCtx))
 	})
 
 	router, err := api.New(&api.Config{
@@ -91,7 +91,7 @@ func TestServe_WorkerPanic(t *testing.T) {
 		var jobRows []*rivertype.JobRow
 		deadline := time.Now().Add(15 * time.Second)
 		for {
-			result, err := store.River().JobList(ctx, river.NewJobListParams().Queues(jobs.QueueEmail).First(100))
+			result, err := store.Jobs().JobList(ctx, river.NewJobListParams().Queues(jobs.QueueEmail).First(100))
 			require.NoError(t, err)
 			jobRows = jobRows[:0]
 			for _, job := range result.Jobs {
@@ -129,7 +129,7 @@ func TestServe_WorkerPanic(t *testing.T) {
 	register("after-panic@example.com")
 
 	// And still works jobs: a retry (brought forward from the retry policy's minute) runs again.
-	_, err = store.Client().JobRetry(ctx, jobRows[0].ID)
+	_, err = store.Jobs().JobRetry(ctx, jobRows[0].ID)
 	require.NoError(t, err)
 	waitJob(t, store, jobRows[0].ID, 15*time.Second, "retried and panicked again", func(job *rivertype.JobRow) bool {
 		return job.State == rivertype.JobStateRetryable && job.Attempt == 2 && job.Errors[1].Error == panicMessage

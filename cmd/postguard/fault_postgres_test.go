@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postguard/postguard/api"
+	"github.com/postguard/postguard/cmd/internal/service"
 	"github.com/postguard/postguard/db/dbtest"
 )
 
@@ -161,7 +162,7 @@ func TestServe_PostgresUnreachable(t *testing.T) {
 		"RATE_LIMIT_REGISTER_EMAIL": "1000000/1h",
 	}
 	server := startServerCommand(t, &serverCommand{
-		role:          roleAPI,
+		role:          service.RoleAPI,
 		apiConfigFunc: func(config *api.Config) { config.RequestTimeout = requestTimeout },
 	}, env)
 

@@ -11,6 +11,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/postguard/postguard/cmd/internal/service"
 )
 
 func main() {
@@ -56,11 +58,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	var cmd command
 	switch args[0] {
 	case "serve":
-		cmd = &serverCommand{role: roleServe}
+		cmd = &serverCommand{role: service.RoleServe}
 	case "api":
-		cmd = &serverCommand{role: roleAPI}
+		cmd = &serverCommand{role: service.RoleAPI}
 	case "worker":
-		cmd = &serverCommand{role: roleWorker}
+		cmd = &serverCommand{role: service.RoleWorker}
 	case "migrate":
 		cmd = &migrateCommand{}
 	case "version":

@@ -15,6 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/postguard/postguard/cmd/internal/service"
 	"github.com/postguard/postguard/db/dbtest"
 )
 
@@ -61,7 +62,7 @@ func (s *runningServer) stop(t *testing.T) error {
 	}
 }
 
-func startServer(t *testing.T, r role, env map[string]string) *runningServer {
+func startServer(t *testing.T, r service.Role, env map[string]string) *runningServer {
 	t.Helper()
 
 	env["HTTP_ADDR"] = "127.0.0.1:0"
@@ -166,7 +167,7 @@ func TestServe_Postgres(t *testing.T) {
 			require.Contains(t, out, "up to date")
 		}
 
-		server := startServer(t, roleServe, env)
+		server := startServer(t, service.RoleServe, env)
 		resp, err := http.Get(server.URL + "/healthz")
 		require.NoError(t, err)
 		resp.Body.Close()
@@ -181,7 +182,7 @@ func TestServe_SQLite(t *testing.T) {
 	dbPath := filepath.Join(t.TempDir(), "postguard.db")
 	env := map[string]string{"DATABASE_URL": "sqlite://" + dbPath, "JOB_FETCH_COOLDOWN": "10ms", "JOB_FETCH_POLL_INTERVAL": "50ms"}
 
-	server := startServer(t, roleServe, env)
+	server := startServer(t, service.RoleServe, env)
 	resp, err := http.Post(server.URL+"/v1/auth/register", "application/json",
 		strings.NewReader(`{"email":"Ada@Example.com","password":"correct horse battery","name":"Ada"}`))
 	require.NoError(t, err)
@@ -197,7 +198,7 @@ func TestServe_SQLite(t *testing.T) {
 	require.NoError(t, server.stop(t))
 
 	// Data survives a restart: the same email is taken.
-	server = startServer(t, roleServe, env)
+	server = startServer(t, service.RoleServe, env)
 	resp, err = http.Post(server.URL+"/v1/auth/register", "application/json",
 		strings.NewReader(`{"email":"ada@example.com","password":"another good password"}`))
 	require.NoError(t, err)
@@ -212,7 +213,7 @@ func TestServe_SQLite(t *testing.T) {
 func TestServe_ClientIPHeader(t *testing.T) {
 	t.Parallel()
 
-	server := startServer(t, roleServe, map[string]string{
+	server := startServer(t, service.RoleServe, map[string]string{
 		"DATABASE_URL":                  "sqlite://" + filepath.Join(t.TempDir(), "postguard.db"),
 		"MAILER":                        "none",
 		"TRUSTED_PROXIES":               "127.0.0.1",

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
 
+	"github.com/postguard/postguard/cmd/internal/service"
 	"github.com/postguard/postguard/db/dbtest"
 	"github.com/postguard/postguard/jobs/mail/resendfake"
 )
@@ -102,7 +103,7 @@ func TestServe_Metrics(t *testing.T) {
 		env["JOB_FETCH_COOLDOWN"] = "10ms"
 		env["JOB_FETCH_POLL_INTERVAL"] = "50ms"
 		env["RATE_LIMIT_REGISTER_IP"] = "1/1m" // the second registration from this IP is refused
-		server := startServer(t, roleServe, env)
+		server := startServer(t, service.RoleServe, env)
 
 		registerIPRefused := map[string]string{"action": "register", "scope": "ip", "outcome": "refused"}
 		registerIPAllowed := map[string]string{"action": "register", "scope": "ip", "outcome": "allowed"}
@@ -153,7 +154,7 @@ func TestServe_Metrics(t *testing.T) {
 		require.True(t, ok, "no postguard_jobs{state=available} gauge:\n%s", delivered.raw)
 		require.Zero(t, depth)
 
-		// No label carries a raw email or IP (DESIGN.md: never in counters).
+		// No label carries a raw email or IP (never in counters).
 		for _, label := range delivered.labelValues() {
 			require.NotContains(t, label, "@", label)
 			require.NotContains(t, label, "127.0.0.1", label)
@@ -211,7 +212,7 @@ func TestServe_MetricsListener(t *testing.T) {
 
 		env := sqliteEnv(t)
 		env["METRICS_ADDR"] = "off"
-		server := startServer(t, roleServe, env)
+		server := startServer(t, service.RoleServe, env)
 		require.Empty(t, server.MetricsURL, "METRICS_ADDR=off serves no metrics listener")
 		requirePublicMetricsHidden(t, server.URL)
 		require.NoError(t, server.stop(t))
@@ -233,7 +234,7 @@ func TestServe_MetricsListener(t *testing.T) {
 		t.Parallel()
 
 		env := map[string]string{"DATABASE_URL": dbtest.PostgresURL(t), "APP_SECRET": strings.Repeat("s", 32), "MAILER": "none"}
-		server := startServer(t, roleWorker, env)
+		server := startServer(t, service.RoleWorker, env)
 		require.Empty(t, server.MetricsURL, "a worker has no second listener")
 		scrape := opsScrape(t, server.URL)
 		_, ok := scrape.value("postguard_jobs", map[string]string{"state": "available"})

@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/postguard/postguard/cmd/internal/service"
 	"github.com/postguard/postguard/db/dbtest"
 )
 
@@ -102,7 +103,7 @@ func TestMigrateScript_Run(t *testing.T) {
 		}
 
 		// The deploy's next step: the service starts on the migrated database and is ready.
-		server := startServer(t, roleServe, map[string]string{"DATABASE_URL": databaseURL, "APP_SECRET": secret})
+		server := startServer(t, service.RoleServe, map[string]string{"DATABASE_URL": databaseURL, "APP_SECRET": secret})
 		resp, body := opsGet(t, server.URL+"/readyz", "", "", nil)
 		require.Equal(t, http.StatusOK, resp.StatusCode, body)
 		require.NoError(t, server.stop(t))
@@ -128,13 +129,13 @@ func TestMigrateScript_Run(t *testing.T) {
 
 		// Each run calls `river migrate-up --database-url URL`, then `postguard migrate`. (The fake
 		// CLI migrates nothing, so the first `postguard migrate` applied River's migrations too:
-		// either order works, DESIGN.md.)
+		// either order works.)
 		calls, err := os.ReadFile(log)
 		require.NoError(t, err)
 		once := "river\nmigrate-up\n--database-url\n" + databaseURL + "\npostguard migrate\n"
 		require.Equal(t, once+once, string(calls))
 
-		server := startServer(t, roleServe, map[string]string{"DATABASE_URL": databaseURL, "APP_SECRET": secret})
+		server := startServer(t, service.RoleServe, map[string]string{"DATABASE_URL": databaseURL, "APP_SECRET": secret})
 		resp, body := opsGet(t, server.URL+"/readyz", "", "", nil)
 		require.Equal(t, http.StatusOK, resp.StatusCode, body)
 		require.NoError(t, server.stop(t))

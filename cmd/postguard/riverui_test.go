@@ -21,6 +21,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 
+	"github.com/postguard/postguard/cmd/internal/service"
 	"github.com/postguard/postguard/db/dbtest"
 	"github.com/postguard/postguard/jobs/mail/resendfake"
 )
@@ -151,7 +152,7 @@ func TestServe_RiverUI(t *testing.T) {
 		// MAILER=none holds email jobs `available`, where the UI's list finds them.
 		env = opsWithRiverUI(env)
 		env["MAILER"] = "none"
-		server := startServer(t, roleServe, env)
+		server := startServer(t, service.RoleServe, env)
 
 		const email = "grace.hopper@example.com"
 		status, body := opsRegister(t, server.URL, email)
@@ -228,7 +229,7 @@ func TestServe_RiverUI(t *testing.T) {
 		})
 
 		t.Run("JobsHoldNoSecrets", func(t *testing.T) {
-			// DESIGN.md: raw emails and tokens never appear in job args, metadata or River UI.
+			// Raw emails and tokens never appear in job args, metadata or River UI.
 			for _, job := range opsRiverUIJobs(t, server.URL, "available") {
 				if job.Queue != "email" {
 					continue // prune, for a moment after the start
@@ -261,7 +262,7 @@ func TestServe_RiverUI(t *testing.T) {
 	t.Run("NotMountedWhenUnset", func(t *testing.T) {
 		t.Parallel()
 
-		server := startServer(t, roleServe, map[string]string{
+		server := startServer(t, service.RoleServe, map[string]string{
 			"DATABASE_URL": "sqlite://" + filepath.Join(t.TempDir(), "postguard.db"),
 			"MAILER":       "none",
 		})
@@ -282,7 +283,7 @@ func TestServe_RiverUI(t *testing.T) {
 		// River UI refreshes its job counts in the background, every 10s ± 1s. Once `serve`
 		// returned and closed its database, nothing of it may still run (it used to, logging
 		// "Error running query: sql: database is closed" forever).
-		server := startServer(t, roleServe, opsWithRiverUI(map[string]string{
+		server := startServer(t, service.RoleServe, opsWithRiverUI(map[string]string{
 			"DATABASE_URL": "sqlite://" + filepath.Join(t.TempDir(), "postguard.db"),
 			"MAILER":       "none",
 		}))
@@ -306,7 +307,7 @@ func TestServe_RiverUI(t *testing.T) {
 			"RESEND_BASE_URL":   fake.URL(),
 			"RESEND_MAX_RPS":    "0",
 		})
-		server := startServer(t, roleServe, env)
+		server := startServer(t, service.RoleServe, env)
 
 		const email = "ada.lovelace@example.com"
 		status, body := opsRegister(t, server.URL, email)
@@ -395,7 +396,7 @@ func TestServe_RiverUIBrowser(t *testing.T) {
 		"DATABASE_URL": "sqlite://" + filepath.Join(t.TempDir(), "postguard.db"),
 		"MAILER":       "none", // email jobs stay `available`
 	})
-	server := startServer(t, roleServe, env)
+	server := startServer(t, service.RoleServe, env)
 	status, body := opsRegister(t, server.URL, "katherine.johnson@example.com")
 	require.Equal(t, http.StatusCreated, status, body)
 
@@ -532,7 +533,7 @@ func TestServe_RiverUICrossSiteRetry(t *testing.T) {
 	opsEngines(t, func(t *testing.T, env map[string]string) {
 		env = opsWithRiverUI(env)
 		env["MAILER"] = "log"
-		server := startServer(t, roleServe, env)
+		server := startServer(t, service.RoleServe, env)
 
 		status, body := opsRegister(t, server.URL, "alan.turing@example.com")
 		require.Equal(t, http.StatusCreated, status, body)
@@ -604,7 +605,7 @@ func TestServe_RiverUIBrowserCrossSite(t *testing.T) {
 	chromium := opsChromium(t)
 	userDataDir := t.TempDir()
 
-	server := startServer(t, roleServe, opsWithRiverUI(map[string]string{
+	server := startServer(t, service.RoleServe, opsWithRiverUI(map[string]string{
 		"DATABASE_URL": "sqlite://" + filepath.Join(t.TempDir(), "postguard.db"),
 		"MAILER":       "log",
 	}))

@@ -22,9 +22,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/postguard/postguard/cmd/internal/service"
 	"github.com/postguard/postguard/db"
 	"github.com/postguard/postguard/db/dbtest"
-	"github.com/postguard/postguard/db/postgres"
 	"github.com/postguard/postguard/db/sqlite"
 	"github.com/postguard/postguard/jobs"
 	"github.com/postguard/postguard/jobs/mail/resendfake"
@@ -88,10 +88,7 @@ func tokenEngines(t *testing.T, fn func(t *testing.T, engine *tokenEngine)) {
 			},
 			open: func(t *testing.T) db.Store {
 				t.Helper()
-				store, err := postgres.New(t.Context(), schemaURL, &postgres.Config{Logger: dbtest.Logger(t)})
-				require.NoError(t, err)
-				t.Cleanup(func() { _ = store.Close() })
-				return store
+				return dbtest.OpenPostgres(t, schemaURL)
 			},
 		})
 	})
@@ -112,7 +109,7 @@ func startTokenServer(t *testing.T, engine *tokenEngine, fake *resendfake.Server
 	if _, ok := engine.env["APP_SECRET"]; !ok {
 		delete(env, "APP_SECRET") // the embedded default makes its own
 	}
-	return &tokenServer{runningServer: startServer(t, roleServe, env), fake: fake}
+	return &tokenServer{runningServer: startServer(t, service.RoleServe, env), fake: fake}
 }
 
 // post sends a JSON body and returns the status.
@@ -168,7 +165,7 @@ func derivedResetToken(secret []byte, jobID int64) string {
 func resetJobs(t *testing.T, store db.Store) []int64 {
 	t.Helper()
 	var ids []int64
-	require.NoError(t, store.InTx(t.Context(), func(ctx context.Context, tx db.Queries) error {
+	require.NoError(t, store.InTx(t.Context(), func(ctx context.Context, tx db.Tx) error {
 		for id := int64(1); id <= 20; id++ {
 			message, err := tx.EmailMessageGetByJob(ctx, id)
 			if err == nil && message.Kind == (jobs.PasswordResetEmailArgs{}).Kind() {

@@ -1,8 +1,8 @@
-// Package dbtest gives tests real, migrated stores of both engines: Postgres in a schema of its
-// own in the database at TEST_DATABASE_URL, SQLite in a file under t.TempDir(). Use Engines to
-// run one test body against both.
+// Package dbtest gives tests real, migrated stores of both engines: PostgreSQL in a schema of its
+// own in the database at TEST_DATABASE_URL, SQLite in a file under t.TempDir(). Use Engines to run
+// one test body against both, and Work to run a River worker on either with rivertest.
 //
-// When Postgres is unreachable, its tests skip, except under CI=true, where they fail.
+// When PostgreSQL is unreachable, its tests skip, except under CI=true, where they fail.
 package dbtest
 
 import (
@@ -20,63 +20,67 @@ import (
 	"github.com/postguard/postguard/db/sqlite"
 )
 
-// Engines runs fn as two parallel subtests, Postgres and SQLite. newStore(t) returns a migrated
-// store of the subtest's engine with empty tables, closed when t ends; River is not configured
-// (call ConfigureRiver). Call newStore from each subtest that needs its own data.
-func Engines(t *testing.T, fn func(t *testing.T, newStore func(t *testing.T) db.Store)) {
+// Store is a test's store, with what Work needs to run River workers on its database.
+type Store struct {
+	db.Store
+
+	// Postgres and SQLite are the engine under the store; one of them is nil.
+	Postgres *postgres.Engine
+	SQLite   *sqlite.Engine
+
+	// sqliteRiver holds the River tables of Work's jobs on SQLite (see Work).
+	sqliteRiver *sqliteRiver
+}
+
+// Option changes how a test's store is built.
+type Option func(config *db.StoreConfig)
+
+// WithRiverConfig builds the store's River client from fn (the default is insert-only). River's
+// TestOnly is set on the config fn returns, and a test logger when it has none.
+func WithRiverConfig(fn func(store db.Store) (*river.Config, error)) Option {
+	return func(config *db.StoreConfig) {
+		config.RiverConfigFunc = func(store db.Store) (*river.Config, error) {
+			riverConfig, err := fn(store)
+			if err != nil {
+				return nil, err
+			}
+			riverConfig.TestOnly = true
+			return riverConfig, nil
+		}
+	}
+}
+
+// NewStoreFunc returns a migrated store of one engine with empty tables, closed when t ends.
+type NewStoreFunc func(t testing.TB, opts ...Option) *Store
+
+// Engines runs fn as two parallel subtests, Postgres and SQLite, each given the NewStoreFunc of
+// its engine. Call newStore from each subtest that needs its own data.
+func Engines(t *testing.T, fn func(t *testing.T, newStore NewStoreFunc)) {
 	t.Helper()
 
 	t.Run("Postgres", func(t *testing.T) {
 		t.Parallel()
-		fn(t, func(t *testing.T) db.Store {
-			t.Helper()
-			return NewPostgres(t)
-		})
+		fn(t, NewPostgres)
 	})
 	t.Run("SQLite", func(t *testing.T) {
 		t.Parallel()
-		fn(t, func(t *testing.T) db.Store {
-			t.Helper()
-			return NewSQLite(t)
-		})
+		fn(t, NewSQLite)
 	})
 }
 
 // EnginesUnmigrated is Engines with stores whose database has no migration applied (neither
 // River's nor the app's), for tests of Migrate and CheckSchema.
-func EnginesUnmigrated(t *testing.T, fn func(t *testing.T, newStore func(t *testing.T) db.Store)) {
+func EnginesUnmigrated(t *testing.T, fn func(t *testing.T, newStore NewStoreFunc)) {
 	t.Helper()
 
 	t.Run("Postgres", func(t *testing.T) {
 		t.Parallel()
-		fn(t, func(t *testing.T) db.Store {
-			t.Helper()
-			return NewPostgresUnmigrated(t)
-		})
+		fn(t, NewPostgresUnmigrated)
 	})
 	t.Run("SQLite", func(t *testing.T) {
 		t.Parallel()
-		fn(t, func(t *testing.T) db.Store {
-			t.Helper()
-			return NewSQLiteUnmigrated(t)
-		})
+		fn(t, NewSQLiteUnmigrated)
 	})
-}
-
-// ConfigureRiver configures store's River client from config (nil is an insert-only client),
-// after filling in a test logger when config has none and setting TestOnly.
-func ConfigureRiver(t testing.TB, store db.Store, config *river.Config) {
-	t.Helper()
-
-	if config == nil {
-		config = &river.Config{}
-	}
-	if config.Logger == nil {
-		config.Logger = Logger(t)
-	}
-	config.TestOnly = true
-
-	require.NoError(t, store.ConfigureRiver(config))
 }
 
 // Logger is a logger writing warnings and errors to the test's output.
@@ -86,44 +90,66 @@ func Logger(t testing.TB) *slog.Logger {
 
 // NewPostgres returns a store on a migrated schema of its own, with empty tables, closed when t
 // ends. The schema is reused by later tests of the process once emptied; see PostgresURL.
-func NewPostgres(t testing.TB) *postgres.Store {
+func NewPostgres(t testing.TB, opts ...Option) *Store {
 	t.Helper()
 
-	return openPostgres(t, PostgresURL(t))
+	return OpenPostgres(t, PostgresURL(t), opts...)
 }
 
 // NewPostgresUnmigrated returns a store on a fresh, empty schema, closed and dropped when t ends.
-func NewPostgresUnmigrated(t testing.TB) *postgres.Store {
+func NewPostgresUnmigrated(t testing.TB, opts ...Option) *Store {
 	t.Helper()
 
-	return openPostgres(t, newEmptySchemaURL(t))
+	return OpenPostgres(t, newEmptySchemaURL(t), opts...)
+}
+
+// OpenPostgres opens a store on databaseURL (a schema URL of this package), closed when t ends.
+func OpenPostgres(t testing.TB, databaseURL string, opts ...Option) *Store {
+	t.Helper()
+
+	engine, err := postgres.NewEngine(t.Context(), databaseURL, &postgres.Config{Logger: Logger(t)})
+	require.NoError(t, err)
+	return newStore(t, &Store{Postgres: engine}, engine, opts)
 }
 
 // NewSQLite returns a migrated SQLite store on a new file under t.TempDir(), closed when t ends.
-func NewSQLite(t testing.TB) *sqlite.Store {
+func NewSQLite(t testing.TB, opts ...Option) *Store {
 	t.Helper()
 
-	store := NewSQLiteUnmigrated(t)
+	store := NewSQLiteUnmigrated(t, opts...)
 	require.NoError(t, store.Migrate(t.Context()))
 	return store
 }
 
 // NewSQLiteUnmigrated returns a SQLite store on a new, empty file under t.TempDir(), closed when t
 // ends.
-func NewSQLiteUnmigrated(t testing.TB) *sqlite.Store {
+func NewSQLiteUnmigrated(t testing.TB, opts ...Option) *Store {
 	t.Helper()
 
-	return OpenSQLite(t, filepath.Join(t.TempDir(), "postguard.db"))
+	return OpenSQLite(t, filepath.Join(t.TempDir(), "postguard.db"), opts...)
 }
 
 // OpenSQLite opens the SQLite database at path, without migrating it, and closes it when t ends
 // (reopen a file to test what persists).
-func OpenSQLite(t testing.TB, path string) *sqlite.Store {
+func OpenSQLite(t testing.TB, path string, opts ...Option) *Store {
 	t.Helper()
 
-	store, err := sqlite.Open(t.Context(), path, &sqlite.Config{Logger: Logger(t)})
+	engine, err := sqlite.NewEngine(t.Context(), path, &sqlite.Config{Logger: Logger(t)})
 	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, store.Close()) })
+	return newStore(t, &Store{SQLite: engine, sqliteRiver: &sqliteRiver{}}, engine, opts)
+}
+
+func newStore[TTx any](t testing.TB, store *Store, engine db.Engine[TTx], opts []Option) *Store {
+	t.Helper()
+
+	config := &db.StoreConfig{Logger: Logger(t)}
+	for _, opt := range opts {
+		opt(config)
+	}
+	s, err := db.NewStore(engine, config)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, s.Close()) })
+	store.Store = s
 	return store
 }
 

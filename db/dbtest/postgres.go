@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/postguard/postguard/db"
 	"github.com/postguard/postguard/db/postgres"
 )
 
@@ -112,7 +113,7 @@ func NewPostgresDatabase(t testing.TB) *PostgresDatabase {
 	u.Path = "/" + name
 	database := &PostgresDatabase{Name: name, URL: u.String(), admin: admin}
 
-	store, err := postgres.New(t.Context(), database.URL, &postgres.Config{Logger: discardLogger})
+	store, err := openDiscarding(t.Context(), database.URL)
 	require.NoError(t, err)
 	defer store.Close()
 	require.NoError(t, store.Migrate(t.Context()))
@@ -186,14 +187,14 @@ func newEmptySchemaURL(t testing.TB) string {
 	return withSearchPath(databaseURL(), schema)
 }
 
-// openPostgres opens a store on databaseURL, closed when t ends.
-func openPostgres(t testing.TB, databaseURL string) *postgres.Store {
-	t.Helper()
-
-	store, err := postgres.New(t.Context(), databaseURL, &postgres.Config{Logger: Logger(t)})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, store.Close()) })
-	return store
+// openDiscarding opens an insert-only store on databaseURL that logs nothing, to migrate or check
+// a schema between tests.
+func openDiscarding(ctx context.Context, databaseURL string) (db.Store, error) {
+	engine, err := postgres.NewEngine(ctx, databaseURL, &postgres.Config{Logger: discardLogger})
+	if err != nil {
+		return nil, err
+	}
+	return db.NewStore(engine, &db.StoreConfig{Logger: discardLogger})
 }
 
 // admin is the process's connection to TEST_DATABASE_URL, made once.
@@ -324,7 +325,7 @@ func (a *adminDB) emptySchema(ctx context.Context, schema string) error {
 // returnSchema empties a schema a test is done with and keeps it for the next test, or drops it
 // when it is no longer fully migrated or cannot be emptied.
 func (a *adminDB) returnSchema(ctx context.Context, schema, schemaURL string) error {
-	store, err := postgres.New(ctx, schemaURL, &postgres.Config{Logger: discardLogger})
+	store, err := openDiscarding(ctx, schemaURL)
 	if err != nil {
 		return err
 	}
@@ -364,7 +365,7 @@ func (a *adminDB) takeSchema(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("error creating schema %s: %w", schema, err)
 	}
 
-	store, err := postgres.New(ctx, withSearchPath(databaseURL(), schema), &postgres.Config{Logger: discardLogger})
+	store, err := openDiscarding(ctx, withSearchPath(databaseURL(), schema))
 	if err != nil {
 		return "", err
 	}

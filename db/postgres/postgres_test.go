@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
-	"github.com/riverqueue/river/rivermigrate"
 	"github.com/stretchr/testify/require"
 
 	"github.com/postguard/postguard/db"
@@ -21,54 +19,15 @@ import (
 
 // Postgres-only behaviour; what both engines share is in db's conformance suite.
 
-func TestStore_CheckSchema(t *testing.T) {
-	t.Parallel()
-
-	ctx := t.Context()
-	store := dbtest.NewPostgresUnmigrated(t)
-	migrator, err := rivermigrate.New(riverpgxv5.New(store.Pool()), nil)
-	require.NoError(t, err)
-
-	// River's schema only, as after `river migrate-up`.
-	_, err = migrator.Migrate(ctx, rivermigrate.DirectionUp, nil)
-	require.NoError(t, err)
-
-	err = store.CheckSchema(ctx)
-	require.ErrorIs(t, err, db.ErrSchemaBehind)
-	require.ErrorContains(t, err, "the app's migrations are not applied")
-	require.NotContains(t, err.Error(), "River")
-
-	// Both, then River one step down.
-	require.NoError(t, store.Migrate(ctx))
-	require.NoError(t, store.CheckSchema(ctx))
-
-	res, err := migrator.Migrate(ctx, rivermigrate.DirectionDown, nil)
-	require.NoError(t, err)
-	require.Len(t, res.Versions, 1)
-
-	err = store.CheckSchema(ctx)
-	require.ErrorIs(t, err, db.ErrSchemaBehind)
-	require.ErrorContains(t, err, "River's migrations [")
-	require.NotContains(t, err.Error(), "app's")
-}
-
-func TestStore_Engine(t *testing.T) {
-	t.Parallel()
-
-	require.Equal(t, "postgres", dbtest.NewPostgres(t).Engine())
-}
-
 func TestStore_Migrate(t *testing.T) {
 	t.Parallel()
 
 	t.Run("Concurrent", func(t *testing.T) {
 		t.Parallel()
 
-		ctx := t.Context()
 		store := dbtest.NewPostgresUnmigrated(t)
-		other, err := postgres.New(ctx, store.Pool().Config().ConnString(), nil)
-		require.NoError(t, err)
-		t.Cleanup(func() { other.Close() })
+		ctx := t.Context()
+		other := dbtest.OpenPostgres(t, store.Postgres.Pool().Config().ConnString())
 
 		// Without the lock, both would apply River's first migration and one would fail.
 		var (
@@ -94,7 +53,7 @@ func TestStore_Migrate(t *testing.T) {
 			schema string
 			tables int
 		)
-		require.NoError(t, store.Pool().QueryRow(ctx, `
+		require.NoError(t, store.Postgres.Pool().QueryRow(ctx, `
 			SELECT current_schema(), count(*)
 			FROM pg_tables
 			WHERE schemaname = current_schema()
@@ -111,7 +70,7 @@ func TestStore_Migrate(t *testing.T) {
 		store := dbtest.NewPostgresUnmigrated(t)
 
 		// Another deploy holds the lock.
-		conn, err := pgx.ConnectConfig(ctx, store.Pool().Config().ConnConfig)
+		conn, err := pgx.ConnectConfig(ctx, store.Postgres.Pool().Config().ConnConfig)
 		require.NoError(t, err)
 		t.Cleanup(func() { conn.Close(context.Background()) })
 		require.NoError(t, dbsqlc.New().MigrationLock(ctx, conn))
@@ -147,53 +106,53 @@ func TestStore_Migrate(t *testing.T) {
 	})
 }
 
-func TestStore_New(t *testing.T) {
+func TestNewEngine(t *testing.T) {
 	t.Parallel()
 
 	t.Run("Pools", func(t *testing.T) {
 		t.Parallel()
 
 		ctx := t.Context()
-		store, err := postgres.New(ctx, dbtest.DatabaseURL(t), &postgres.Config{MaxConns: 3, RateLimitMaxConns: 2})
+		engine, err := postgres.NewEngine(ctx, dbtest.DatabaseURL(t), &postgres.Config{MaxConns: 3, RateLimitMaxConns: 2})
 		require.NoError(t, err)
-		t.Cleanup(func() { store.Close() })
+		t.Cleanup(func() { engine.Close() })
 
-		require.Equal(t, int32(3), store.Pool().Config().MaxConns)
-		require.Equal(t, int32(2), store.RateLimitPool().Config().MaxConns)
+		require.Equal(t, int32(3), engine.Pool().Config().MaxConns)
+		require.Equal(t, int32(2), engine.RateLimitPool().Config().MaxConns)
 
 		// Only the rate-limit pool gives up waiting for WAL flushes.
 		var setting string
-		require.NoError(t, store.Pool().QueryRow(ctx, "SHOW synchronous_commit").Scan(&setting))
+		require.NoError(t, engine.Pool().QueryRow(ctx, "SHOW synchronous_commit").Scan(&setting))
 		require.Equal(t, "on", setting)
-		require.NoError(t, store.RateLimitPool().QueryRow(ctx, "SHOW synchronous_commit").Scan(&setting))
+		require.NoError(t, engine.RateLimitPool().QueryRow(ctx, "SHOW synchronous_commit").Scan(&setting))
 		require.Equal(t, "off", setting)
 	})
 
 	t.Run("PoolsDefault", func(t *testing.T) {
 		t.Parallel()
 
-		store, err := postgres.New(t.Context(), "postgres://postgres@127.0.0.1:5432/test", nil)
+		engine, err := postgres.NewEngine(t.Context(), "postgres://postgres@127.0.0.1:5432/test", nil)
 		require.NoError(t, err)
-		t.Cleanup(func() { store.Close() })
+		t.Cleanup(func() { engine.Close() })
 
-		require.Equal(t, int32(postgres.RateLimitMaxConnsDefault), store.RateLimitPool().Config().MaxConns)
+		require.Equal(t, int32(postgres.RateLimitMaxConnsDefault), engine.RateLimitPool().Config().MaxConns)
 	})
 
 	t.Run("InvalidURL", func(t *testing.T) {
 		t.Parallel()
 
-		_, err := postgres.New(t.Context(), "postgres://%zz", nil)
+		_, err := postgres.NewEngine(t.Context(), "postgres://%zz", nil)
 		require.Error(t, err)
 	})
 
 	t.Run("ConnectTimeout", func(t *testing.T) {
 		t.Parallel()
 
-		store, err := postgres.New(t.Context(), dbtest.DatabaseURL(t), nil)
+		engine, err := postgres.NewEngine(t.Context(), dbtest.DatabaseURL(t), nil)
 		require.NoError(t, err)
-		t.Cleanup(func() { store.Close() })
-		require.Equal(t, postgres.ConnectTimeoutDefault, store.Pool().Config().ConnConfig.ConnectTimeout)
-		require.Equal(t, postgres.ConnectTimeoutDefault, store.RateLimitPool().Config().ConnConfig.ConnectTimeout)
+		t.Cleanup(func() { engine.Close() })
+		require.Equal(t, postgres.ConnectTimeoutDefault, engine.Pool().Config().ConnConfig.ConnectTimeout)
+		require.Equal(t, postgres.ConnectTimeoutDefault, engine.RateLimitPool().Config().ConnConfig.ConnectTimeout)
 
 		// The URL's own connect_timeout wins.
 		u, err := url.Parse(dbtest.DatabaseURL(t))
@@ -201,10 +160,10 @@ func TestStore_New(t *testing.T) {
 		query := u.Query()
 		query.Set("connect_timeout", "17")
 		u.RawQuery = query.Encode()
-		store, err = postgres.New(t.Context(), u.String(), &postgres.Config{ConnectTimeout: time.Second})
+		engine, err = postgres.NewEngine(t.Context(), u.String(), &postgres.Config{ConnectTimeout: time.Second})
 		require.NoError(t, err)
-		t.Cleanup(func() { store.Close() })
-		require.Equal(t, 17*time.Second, store.Pool().Config().ConnConfig.ConnectTimeout)
+		t.Cleanup(func() { engine.Close() })
+		require.Equal(t, 17*time.Second, engine.Pool().Config().ConnConfig.ConnectTimeout)
 	})
 
 	t.Run("BlackholedConnectEnds", func(t *testing.T) {
@@ -225,30 +184,30 @@ func TestStore_New(t *testing.T) {
 			}
 		}()
 
-		store, err := postgres.New(t.Context(), "postgres://postgres@"+listener.Addr().String()+"/test?sslmode=disable",
+		engine, err := postgres.NewEngine(t.Context(), "postgres://postgres@"+listener.Addr().String()+"/test?sslmode=disable",
 			&postgres.Config{ConnectTimeout: 100 * time.Millisecond})
 		require.NoError(t, err)
-		t.Cleanup(func() { store.Close() })
+		t.Cleanup(func() { engine.Close() })
 
 		done := make(chan error, 1)
-		go func() { done <- store.Ping(context.Background()) }()
+		go func() { done <- engine.Ready(context.Background()) }()
 		select {
 		case err := <-done:
 			require.ErrorIs(t, err, db.ErrUnavailable)
 		case <-time.After(30 * time.Second):
-			require.FailNow(t, "a connection that is never answered held Ping")
+			require.FailNow(t, "a connection that is never answered held Ready")
 		}
 	})
 
 	t.Run("Unreachable", func(t *testing.T) {
 		t.Parallel()
 
-		// Connections are lazy: New succeeds, Ping reports the database down.
-		store, err := postgres.New(t.Context(), "postgres://postgres@127.0.0.1:1/test?sslmode=disable&connect_timeout=2", nil)
+		// Connections are lazy: NewEngine succeeds, Ready reports the database down.
+		engine, err := postgres.NewEngine(t.Context(), "postgres://postgres@127.0.0.1:1/test?sslmode=disable&connect_timeout=2", nil)
 		require.NoError(t, err)
-		t.Cleanup(func() { store.Close() })
+		t.Cleanup(func() { engine.Close() })
 
-		require.Error(t, store.Ping(t.Context()))
+		require.ErrorIs(t, engine.Ready(t.Context()), db.ErrUnavailable)
 	})
 }
 
@@ -263,12 +222,10 @@ func TestStore_InTx(t *testing.T) {
 
 		ctx := t.Context()
 		database := dbtest.NewPostgresDatabase(t)
-		store, err := postgres.New(ctx, database.URL, &postgres.Config{Logger: dbtest.Logger(t)})
-		require.NoError(t, err)
-		t.Cleanup(func() { store.Close() })
+		store := dbtest.OpenPostgres(t, database.URL)
 
 		var calls int
-		err = store.InTx(ctx, func(ctx context.Context, tx db.Queries) error {
+		err := store.InTx(ctx, func(ctx context.Context, tx db.Tx) error {
 			calls++
 			if _, err := tx.UserInsert(ctx, &db.UserInsertParams{Email: "lost@example.com", PasswordHash: "x", Now: time.Now()}); err != nil {
 				return err
@@ -285,7 +242,7 @@ func TestStore_InTx(t *testing.T) {
 		user, err := store.UserGetByEmail(ctx, "lost@example.com")
 		require.NoError(t, err)
 		var count int
-		require.NoError(t, store.Pool().QueryRow(ctx, "SELECT count(*) FROM users WHERE id = $1", user.ID).Scan(&count))
+		require.NoError(t, store.Postgres.Pool().QueryRow(ctx, "SELECT count(*) FROM users WHERE id = $1", user.ID).Scan(&count))
 		require.Equal(t, 1, count)
 	})
 
@@ -295,7 +252,7 @@ func TestStore_InTx(t *testing.T) {
 
 		store := dbtest.NewPostgres(t)
 		var calls int
-		err := store.InTx(t.Context(), func(ctx context.Context, tx db.Queries) error {
+		err := store.InTx(t.Context(), func(ctx context.Context, tx db.Tx) error {
 			calls++
 			_, err := tx.UserGetByID(ctx, 424242)
 			return err

@@ -21,8 +21,8 @@ const secretLen = 32
 // shared-memory files, and the secret beside them. Nobody but the service's user may read them.
 const fileMode fs.FileMode = 0o600
 
-// The first version kept the generated secret in the database itself (app_settings); migration
-// 00003 drops that table once moveLegacySecret has moved the secret out. sqlc's catalog no longer
+// The first version kept the generated secret in the database itself (app_settings); NewEngine
+// moves it out before migration 00003 drops that table. sqlc's catalog no longer
 // knows the table, hence these hand-written statements.
 //
 //nolint:gosec // G101: SQL that names the table of the legacy secret, not a credential
@@ -37,41 +37,38 @@ const (
 func SecretPath(dbPath string) string { return dbPath + ".secret" }
 
 // AppSecret returns the APP_SECRET of the embedded default, kept in SecretPath (mode 0600) beside
-// the database: read when the file exists, else moved there from a database of the first version,
-// else generated (32 random bytes). When two openers race to create it, the first one's wins and
-// both return it. A secret file that others may read is refused, naming the file.
-func (s *Store) AppSecret(ctx context.Context) ([]byte, error) {
-	if err := s.moveLegacySecret(ctx); err != nil {
-		return nil, err
-	}
-	secret, err := readSecret(s.secretPath)
+// the database: read when the file exists (NewEngine moved a first-version database's secret
+// there), else generated (32 random bytes). When two openers race to create it, the first one's
+// wins and both return it. A secret file that others may read is refused, naming the file.
+func (e *Engine) AppSecret() ([]byte, error) {
+	secret, err := readSecret(e.secretPath)
 	if !errors.Is(err, fs.ErrNotExist) {
 		return secret, err
 	}
 
 	secret = make([]byte, secretLen)
 	_, _ = rand.Read(secret) // never fails, per crypto/rand
-	if err := writeSecret(s.secretPath, secret); err != nil && !errors.Is(err, fs.ErrExist) {
+	if err := writeSecret(e.secretPath, secret); err != nil && !errors.Is(err, fs.ErrExist) {
 		return nil, err
 	}
 	// Read back: another opener may have created the file first.
-	return readSecret(s.secretPath)
+	return readSecret(e.secretPath)
 }
 
 // moveLegacySecret moves a secret that the first version kept in app_settings to SecretPath, then
 // deletes it from the database so that its bytes are gone from the file: secure_delete zeroes the
 // row, and a truncating checkpoint empties the WAL that held the zeroed page. A secret file that
 // exists already wins (a mismatch is logged). It does nothing on a database without app_settings.
-func (s *Store) moveLegacySecret(ctx context.Context) error {
+func (e *Engine) moveLegacySecret(ctx context.Context) error {
 	var exists bool
-	if err := s.db.QueryRowContext(ctx, legacySecretTableSQL).Scan(&exists); err != nil {
+	if err := e.db.QueryRowContext(ctx, legacySecretTableSQL).Scan(&exists); err != nil {
 		return fmt.Errorf("error looking for a legacy app secret: %w", interpretError(err))
 	}
 	if !exists {
 		return nil
 	}
 	var value string
-	err := s.db.QueryRowContext(ctx, legacySecretGetSQL).Scan(&value)
+	err := e.db.QueryRowContext(ctx, legacySecretGetSQL).Scan(&value)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil
 	}
@@ -83,25 +80,25 @@ func (s *Store) moveLegacySecret(ctx context.Context) error {
 	if err != nil || len(legacy) < secretLen {
 		return fmt.Errorf("the app secret kept in the database (app_settings) is not %d hex-encoded bytes", secretLen)
 	}
-	switch existing, err := readSecret(s.secretPath); {
+	switch existing, err := readSecret(e.secretPath); {
 	case errors.Is(err, fs.ErrNotExist):
-		if err := writeSecret(s.secretPath, legacy); err != nil && !errors.Is(err, fs.ErrExist) {
+		if err := writeSecret(e.secretPath, legacy); err != nil && !errors.Is(err, fs.ErrExist) {
 			return err
 		}
 	case err != nil:
 		return err
 	case !bytes.Equal(existing, legacy):
-		s.logger.WarnContext(ctx, "the database held another app secret than its secret file; keeping the file's",
-			slog.String("file", s.secretPath))
+		e.logger.WarnContext(ctx, "the database held another app secret than its secret file; keeping the file's",
+			slog.String("file", e.secretPath))
 	}
 
-	if _, err := s.db.ExecContext(ctx, legacySecretDeleteSQL); err != nil {
+	if _, err := e.db.ExecContext(ctx, legacySecretDeleteSQL); err != nil {
 		return fmt.Errorf("error deleting the legacy app secret from the database: %w", interpretError(err))
 	}
-	if _, err := s.db.ExecContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)"); err != nil {
+	if _, err := e.db.ExecContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)"); err != nil {
 		return fmt.Errorf("error checkpointing after deleting the legacy app secret: %w", interpretError(err))
 	}
-	s.logger.InfoContext(ctx, "moved the generated app secret out of the database", slog.String("file", s.secretPath))
+	e.logger.InfoContext(ctx, "moved the generated app secret out of the database", slog.String("file", e.secretPath))
 	return nil
 }
 

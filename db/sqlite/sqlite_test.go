@@ -14,8 +14,6 @@ import (
 	"time"
 
 	"github.com/pressly/goose/v3"
-	"github.com/riverqueue/river/riverdriver/riversqlite"
-	"github.com/riverqueue/river/rivermigrate"
 	"github.com/stretchr/testify/require"
 
 	"github.com/postguard/postguard/db"
@@ -25,7 +23,60 @@ import (
 
 // SQLite-only behaviour; what both engines share is in db's conformance suite.
 
-func TestStore_AppSecret(t *testing.T) {
+func TestNewEngine(t *testing.T) {
+	t.Parallel()
+
+	// One connection, and the pragmas every connection of the engine's gets.
+	store := dbtest.NewSQLite(t)
+	require.Equal(t, 1, store.SQLite.DB().Stats().MaxOpenConnections)
+	for pragma, want := range map[string]string{
+		"busy_timeout":  strconv.FormatInt(sqlite.BusyTimeoutDefault.Milliseconds(), 10),
+		"foreign_keys":  "1",
+		"journal_mode":  "wal",
+		"secure_delete": "1",
+		"synchronous":   "1", // NORMAL
+	} {
+		var got string
+		require.NoError(t, store.SQLite.DB().QueryRowContext(t.Context(), "PRAGMA "+pragma).Scan(&got))
+		require.Equal(t, want, got, "PRAGMA %s", pragma)
+	}
+
+	t.Run("InvalidPath", func(t *testing.T) {
+		t.Parallel()
+
+		_, err := sqlite.NewEngine(t.Context(), "", nil)
+		require.Error(t, err)
+
+		_, err = sqlite.NewEngine(t.Context(), filepath.Join(t.TempDir(), "a?b.db"), nil)
+		require.Error(t, err)
+
+		_, err = sqlite.NewEngine(t.Context(), filepath.Join(t.TempDir(), "missing", "dir", "x.db"), nil)
+		require.Error(t, err)
+	})
+
+	t.Run("KeepsDataAcrossReopen", func(t *testing.T) {
+		t.Parallel()
+
+		ctx := t.Context()
+		path := filepath.Join(t.TempDir(), "postguard.db")
+		now := time.Now().UTC().Truncate(time.Microsecond)
+
+		store := dbtest.OpenSQLite(t, path)
+		require.NoError(t, store.Migrate(ctx))
+		user, err := store.UserInsert(ctx, &db.UserInsertParams{Email: "ada@example.com", Now: now, PasswordHash: "hash"})
+		require.NoError(t, err)
+		require.NoError(t, store.Close())
+
+		reopened := dbtest.OpenSQLite(t, path)
+		require.NoError(t, reopened.CheckSchema(ctx))
+
+		got, err := reopened.UserGetByEmail(ctx, "ada@example.com")
+		require.NoError(t, err)
+		require.Equal(t, user, got)
+	})
+}
+
+func TestEngine_AppSecret(t *testing.T) {
 	t.Parallel()
 
 	t.Run("StableAcrossReopen", func(t *testing.T) {
@@ -34,20 +85,19 @@ func TestStore_AppSecret(t *testing.T) {
 		ctx := t.Context()
 		path := filepath.Join(t.TempDir(), "postguard.db")
 
-		store, err := sqlite.Open(ctx, path, nil)
+		engine, err := sqlite.NewEngine(ctx, path, nil)
 		require.NoError(t, err)
-		require.NoError(t, store.Migrate(ctx))
 
-		secret, err := store.AppSecret(ctx)
+		secret, err := engine.AppSecret()
 		require.NoError(t, err)
 		require.Len(t, secret, 32)
 
-		again, err := store.AppSecret(ctx)
+		again, err := engine.AppSecret()
 		require.NoError(t, err)
 		require.Equal(t, secret, again)
-		require.NoError(t, store.Close())
+		require.NoError(t, engine.Close())
 
-		reopened, err := dbtest.OpenSQLite(t, path).AppSecret(ctx)
+		reopened, err := dbtest.OpenSQLite(t, path).SQLite.AppSecret()
 		require.NoError(t, err)
 		require.Equal(t, secret, reopened)
 
@@ -61,11 +111,9 @@ func TestStore_AppSecret(t *testing.T) {
 	t.Run("RandomPerDatabase", func(t *testing.T) {
 		t.Parallel()
 
-		ctx := t.Context()
-
-		secret1, err := dbtest.NewSQLite(t).AppSecret(ctx)
+		secret1, err := dbtest.NewSQLite(t).SQLite.AppSecret()
 		require.NoError(t, err)
-		secret2, err := dbtest.NewSQLite(t).AppSecret(ctx)
+		secret2, err := dbtest.NewSQLite(t).SQLite.AppSecret()
 		require.NoError(t, err)
 		require.NotEqual(t, secret1, secret2)
 	})
@@ -79,7 +127,7 @@ func TestStore_AppSecret(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "postguard.db")
 		store := dbtest.OpenSQLite(t, path)
 		require.NoError(t, store.Migrate(ctx))
-		secret, err := store.AppSecret(ctx)
+		secret, err := store.SQLite.AppSecret()
 		require.NoError(t, err)
 		// Write something, so the WAL holds pages.
 		_, err = store.UserInsert(ctx, &db.UserInsertParams{Email: "ada@example.com", PasswordHash: "h", Now: time.Now()})
@@ -108,7 +156,7 @@ func TestStore_AppSecret(t *testing.T) {
 
 		store := dbtest.OpenSQLite(t, path)
 		require.NoError(t, store.Migrate(ctx))
-		secret, err := store.AppSecret(ctx)
+		secret, err := store.SQLite.AppSecret()
 		require.NoError(t, err)
 		require.Equal(t, legacy, secret, "the same secret: links and rate-limit keys keep working")
 
@@ -126,11 +174,11 @@ func TestStore_AppSecret(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "postguard.db")
 		store := dbtest.OpenSQLite(t, path)
 		require.NoError(t, store.Migrate(ctx))
-		_, err := store.AppSecret(ctx)
+		_, err := store.SQLite.AppSecret()
 		require.NoError(t, err)
 
 		require.NoError(t, os.Chmod(sqlite.SecretPath(path), 0o644))
-		_, err = store.AppSecret(ctx)
+		_, err = store.SQLite.AppSecret()
 		require.ErrorContains(t, err, sqlite.SecretPath(path))
 		require.ErrorContains(t, err, "chmod 600")
 	})
@@ -180,96 +228,4 @@ func requireMode0600(t *testing.T, name string) {
 	info, err := os.Stat(name)
 	require.NoError(t, err)
 	require.Equal(t, fs.FileMode(0o600), info.Mode().Perm(), name)
-}
-
-func TestStore_CheckSchema(t *testing.T) {
-	t.Parallel()
-
-	ctx := t.Context()
-	store := dbtest.NewSQLiteUnmigrated(t)
-	migrator, err := rivermigrate.New(riversqlite.New(store.DB()), nil)
-	require.NoError(t, err)
-
-	_, err = migrator.Migrate(ctx, rivermigrate.DirectionUp, nil)
-	require.NoError(t, err)
-
-	err = store.CheckSchema(ctx)
-	require.ErrorIs(t, err, db.ErrSchemaBehind)
-	require.ErrorContains(t, err, "the app's migrations are not applied")
-	require.NotContains(t, err.Error(), "River")
-
-	require.NoError(t, store.Migrate(ctx))
-	require.NoError(t, store.CheckSchema(ctx))
-
-	_, err = migrator.Migrate(ctx, rivermigrate.DirectionDown, nil)
-	require.NoError(t, err)
-
-	err = store.CheckSchema(ctx)
-	require.ErrorIs(t, err, db.ErrSchemaBehind)
-	require.ErrorContains(t, err, "River's migrations [")
-}
-
-func TestStore_Engine(t *testing.T) {
-	t.Parallel()
-
-	require.Equal(t, "sqlite", dbtest.NewSQLite(t).Engine())
-}
-
-func TestStore_Open(t *testing.T) {
-	t.Parallel()
-
-	t.Run("Connection", func(t *testing.T) {
-		t.Parallel()
-
-		ctx := t.Context()
-		store := dbtest.NewSQLite(t)
-
-		require.Equal(t, 1, store.DB().Stats().MaxOpenConnections)
-
-		for pragma, want := range map[string]string{
-			"busy_timeout": strconv.FormatInt(sqlite.BusyTimeoutDefault.Milliseconds(), 10),
-			"foreign_keys": "1",
-			"journal_mode": "wal",
-			"synchronous":  "1", // NORMAL
-		} {
-			var got string
-			require.NoError(t, store.DB().QueryRowContext(ctx, "PRAGMA "+pragma).Scan(&got))
-			require.Equal(t, want, got, "PRAGMA %s", pragma)
-		}
-	})
-
-	t.Run("InvalidPath", func(t *testing.T) {
-		t.Parallel()
-
-		_, err := sqlite.Open(t.Context(), "", nil)
-		require.Error(t, err)
-
-		_, err = sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "a?b.db"), nil)
-		require.Error(t, err)
-
-		_, err = sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "missing", "dir", "x.db"), nil)
-		require.Error(t, err)
-	})
-
-	t.Run("KeepsDataAcrossReopen", func(t *testing.T) {
-		t.Parallel()
-
-		ctx := t.Context()
-		path := filepath.Join(t.TempDir(), "postguard.db")
-		now := time.Now().UTC().Truncate(time.Microsecond)
-
-		store, err := sqlite.Open(ctx, path, nil)
-		require.NoError(t, err)
-		require.NoError(t, store.Migrate(ctx))
-		user, err := store.UserInsert(ctx, &db.UserInsertParams{Email: "ada@example.com", Now: now, PasswordHash: "hash"})
-		require.NoError(t, err)
-		require.NoError(t, store.Close())
-
-		reopened := dbtest.OpenSQLite(t, path)
-		require.NoError(t, reopened.CheckSchema(ctx))
-
-		got, err := reopened.UserGetByEmail(ctx, "ada@example.com")
-		require.NoError(t, err)
-		require.Equal(t, user, got)
-	})
 }

@@ -12,7 +12,7 @@ INSERT INTO email_tokens (
 ) VALUES (
     @token_hash::bytea,
     @user_id::bigint,
-    @purpose::text,
+    @purpose,
     @job_id::bigint,
     @sealed::bytea,
     @expires_at::timestamptz,
@@ -57,7 +57,7 @@ WHERE token_hash IN (
 UPDATE email_tokens
 SET used_at = @now::timestamptz
 WHERE token_hash = @token_hash::bytea
-    AND purpose = @purpose::text
+    AND purpose = @purpose
     AND used_at IS NULL
     AND expires_at > @now::timestamptz
 RETURNING user_id;
@@ -69,7 +69,7 @@ RETURNING user_id;
 SELECT user_id
 FROM email_tokens
 WHERE token_hash = @token_hash::bytea
-    AND purpose = @purpose::text
+    AND purpose = @purpose
     AND used_at IS NULL
     AND expires_at > @now::timestamptz;
 
@@ -78,7 +78,7 @@ WHERE token_hash = @token_hash::bytea
 UPDATE email_tokens
 SET used_at = @now::timestamptz
 WHERE user_id = @user_id::bigint
-    AND purpose = @purpose::text
+    AND purpose = @purpose
     AND used_at IS NULL;
 
 -- name: EmailTokenDeleteExpired :execrows

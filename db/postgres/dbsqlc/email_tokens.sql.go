@@ -8,13 +8,15 @@ package dbsqlc
 import (
 	"context"
 	"time"
+
+	"github.com/postguard/postguard/db"
 )
 
 const emailTokenConsume = `-- name: EmailTokenConsume :one
 UPDATE email_tokens
 SET used_at = $1::timestamptz
 WHERE token_hash = $2::bytea
-    AND purpose = $3::text
+    AND purpose = $3
     AND used_at IS NULL
     AND expires_at > $1::timestamptz
 RETURNING user_id
@@ -23,7 +25,7 @@ RETURNING user_id
 type EmailTokenConsumeParams struct {
 	Now       time.Time
 	TokenHash []byte
-	Purpose   string
+	Purpose   db.TokenPurpose
 }
 
 // EmailTokenConsume marks an unused, unexpired token of the given purpose used and returns its
@@ -153,7 +155,7 @@ INSERT INTO email_tokens (
 ) VALUES (
     $1::bytea,
     $2::bigint,
-    $3::text,
+    $3,
     $4::bigint,
     $5::bytea,
     $6::timestamptz,
@@ -164,7 +166,7 @@ INSERT INTO email_tokens (
 type EmailTokenInsertParams struct {
 	TokenHash []byte
 	UserID    int64
-	Purpose   string
+	Purpose   db.TokenPurpose
 	JobID     int64
 	Sealed    []byte
 	ExpiresAt time.Time
@@ -190,14 +192,14 @@ const emailTokenInvalidateUser = `-- name: EmailTokenInvalidateUser :execrows
 UPDATE email_tokens
 SET used_at = $1::timestamptz
 WHERE user_id = $2::bigint
-    AND purpose = $3::text
+    AND purpose = $3
     AND used_at IS NULL
 `
 
 type EmailTokenInvalidateUserParams struct {
 	Now     time.Time
 	UserID  int64
-	Purpose string
+	Purpose db.TokenPurpose
 }
 
 // EmailTokenInvalidateUser marks every unused token of one purpose of a user used.
@@ -213,14 +215,14 @@ const emailTokenLookup = `-- name: EmailTokenLookup :one
 SELECT user_id
 FROM email_tokens
 WHERE token_hash = $1::bytea
-    AND purpose = $2::text
+    AND purpose = $2
     AND used_at IS NULL
     AND expires_at > $3::timestamptz
 `
 
 type EmailTokenLookupParams struct {
 	TokenHash []byte
-	Purpose   string
+	Purpose   db.TokenPurpose
 	Now       time.Time
 }
 

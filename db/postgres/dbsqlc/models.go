@@ -6,6 +6,8 @@ package dbsqlc
 
 import (
 	"time"
+
+	"github.com/postguard/postguard/db"
 )
 
 type EmailMessage struct {
@@ -24,7 +26,7 @@ type EmailMessage struct {
 type EmailToken struct {
 	TokenHash []byte
 	UserID    int64
-	Purpose   string
+	Purpose   db.TokenPurpose
 	ExpiresAt time.Time
 	UsedAt    *time.Time
 	CreatedAt time.Time

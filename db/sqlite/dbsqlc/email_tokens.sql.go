@@ -7,6 +7,8 @@ package dbsqlc
 
 import (
 	"context"
+
+	"github.com/postguard/postguard/db"
 )
 
 const emailTokenConsume = `-- name: EmailTokenConsume :one
@@ -22,7 +24,7 @@ RETURNING user_id
 type EmailTokenConsumeParams struct {
 	Now       *int64
 	TokenHash []byte
-	Purpose   string
+	Purpose   db.TokenPurpose
 }
 
 // EmailTokenConsume marks an unused, unexpired token of the given purpose used and returns its
@@ -161,7 +163,7 @@ INSERT INTO email_tokens (
 type EmailTokenInsertParams struct {
 	TokenHash []byte
 	UserID    int64
-	Purpose   string
+	Purpose   db.TokenPurpose
 	JobID     int64
 	Sealed    []byte
 	ExpiresAt int64
@@ -194,7 +196,7 @@ WHERE user_id = ?2
 type EmailTokenInvalidateUserParams struct {
 	Now     *int64
 	UserID  int64
-	Purpose string
+	Purpose db.TokenPurpose
 }
 
 // EmailTokenInvalidateUser marks every unused token of one purpose of a user used.
@@ -217,7 +219,7 @@ WHERE token_hash = ?1
 
 type EmailTokenLookupParams struct {
 	TokenHash []byte
-	Purpose   string
+	Purpose   db.TokenPurpose
 	Now       int64
 }
 

@@ -4,6 +4,10 @@
 
 package dbsqlc
 
+import (
+	"github.com/postguard/postguard/db"
+)
+
 type EmailMessage struct {
 	JobID          int64
 	Kind           string
@@ -20,7 +24,7 @@ type EmailMessage struct {
 type EmailToken struct {
 	TokenHash []byte
 	UserID    int64
-	Purpose   string
+	Purpose   db.TokenPurpose
 	JobID     int64
 	Sealed    []byte
 	ExpiresAt int64

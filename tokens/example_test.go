@@ -3,7 +3,7 @@ package tokens_test
 import (
 	"fmt"
 
-	"github.com/postguard/postguard/jobs/tokens"
+	"github.com/postguard/postguard/tokens"
 )
 
 // A link token is random; the database keeps its hash, and a sealed copy only while its job may

@@ -1,0 +1,74 @@
+// Package service builds a postguard process from its checked configuration, in a straight line:
+// the engine DATABASE_URL names, the secret, the store with its River client and postguard's
+// workers, and the HTTP handler of the process's role. cmd/postguard reads the environment into
+// a Config and runs what New builds; cmd/postguard-load builds the service it measures through
+// New too, so that what it measures is what is deployed.
+package service
+
+import (
+	"log/slog"
+	"net/netip"
+	"time"
+
+	"github.com/postguard/postguard/api/abuse"
+)
+
+// Engines a DATABASE_URL can select.
+const (
+	EnginePostgres = "postgres"
+	EngineSQLite   = "sqlite"
+)
+
+// Mailers MAILER can select.
+const (
+	MailerResend = "resend"
+	MailerLog    = "log"
+	MailerNone   = "none"
+)
+
+// Config is everything a postguard process is configured with: the environment variables of
+// README.md, read and checked once (cmd/postguard's loadConfig), and taken as given here.
+type Config struct {
+	DatabaseURL string
+	Engine      string // EnginePostgres or EngineSQLite
+	SQLitePath  string // with EngineSQLite: the file, verbatim from sqlite://PATH
+
+	HTTPAddr string
+	AppURL   string
+
+	// MetricsAddr is the listener of /metrics for serve and api; "" when METRICS_ADDR is off. A
+	// worker serves /metrics on HTTPAddr.
+	MetricsAddr string
+
+	// AppSecret is nil on the embedded default when APP_SECRET is unset: the engine then keeps a
+	// generated one in PATH.secret beside the database.
+	AppSecret []byte
+
+	ResendAPIKey    string
+	ResendFromEmail string
+	ResendBaseURL   string
+	ResendMaxRPS    float64
+	Mailer          string // MailerResend, MailerLog or MailerNone
+
+	TrustedProxies []netip.Prefix
+	Rules          abuse.Rules
+
+	// ClientIPHeader is CLIENT_IP_HEADER: the header a trusted proxy's client address is read from.
+	ClientIPHeader abuse.ClientIPHeader
+
+	RiverUIUsername string
+	RiverUIPassword string
+
+	JobRetention      time.Duration
+	CounterRetention  time.Duration
+	PruneInterval     time.Duration
+	ShutdownTimeout   time.Duration
+	EmailWorkers      int
+	JobTimeout        time.Duration
+	JobRescueAfter    time.Duration
+	FetchCooldown     time.Duration
+	FetchPollInterval time.Duration
+
+	LogFormat string
+	LogLevel  slog.Level
+}

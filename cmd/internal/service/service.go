@@ -1,0 +1,297 @@
+package service
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/riverqueue/river"
+	"riverqueue.com/riverui"
+
+	"github.com/postguard/postguard/api"
+	"github.com/postguard/postguard/api/abuse"
+	"github.com/postguard/postguard/db"
+	"github.com/postguard/postguard/db/postgres"
+	"github.com/postguard/postguard/db/sqlite"
+	"github.com/postguard/postguard/jobs"
+	"github.com/postguard/postguard/jobs/mail"
+)
+
+// Role is what a process does: serve is api and worker in one.
+type Role string
+
+// Roles.
+const (
+	RoleServe  Role = "serve"
+	RoleAPI    Role = "api"
+	RoleWorker Role = "worker"
+)
+
+// Works says the role works jobs.
+func (r Role) Works() bool { return r != RoleAPI }
+
+// Serves says the role serves the API (a worker serves health and metrics only).
+func (r Role) Serves() bool { return r != RoleWorker }
+
+// Opts are what a caller may give New beyond the Config. A nil *Opts is fine.
+type Opts struct {
+	// Sender replaces the mailer Config.Mailer names (the load tool's no-op sender).
+	Sender mail.Sender
+	// APIConfigFunc makes last changes to the API's config before its router is built (the load
+	// tool's hash concurrency; tests' short request timeouts).
+	APIConfigFunc func(config *api.Config)
+	// RiverConfigFunc makes last changes to the River config before the client is built (the
+	// load tool's fetch tuning).
+	RiverConfigFunc func(config *river.Config)
+}
+
+// Service is one postguard process, built and not yet running: its store (River's client
+// included, not started) and the HTTP handler of its role.
+type Service struct {
+	Config   *Config
+	Logger   *slog.Logger
+	Role     Role
+	Store    db.Store
+	Registry *prometheus.Registry
+	// Handler is the role's HTTP handler: the API (with River UI when configured), or health
+	// and metrics only for a worker.
+	Handler http.Handler
+	// MetricsHandler serves /metrics on METRICS_ADDR, for the roles that serve the public API
+	// (its delivery counts by kind would tell anyone which addresses have accounts); nil for a
+	// worker, which serves /metrics on HTTP_ADDR, and when METRICS_ADDR is off.
+	MetricsHandler http.Handler
+	// Mailer names the mailer in use, for the start line: the one Config.Mailer names, or
+	// "custom" for Opts.Sender.
+	Mailer string
+
+	stopUI context.CancelFunc
+}
+
+// New builds the process of role from config: it opens the engine, takes the secret (on the
+// embedded default, the one kept beside the database), builds the store and its River client with
+// postguard's workers, migrates the embedded default (on PostgreSQL it checks the schema and
+// refuses to run behind it), and builds the role's handler. Close releases what it made.
+func New(ctx context.Context, config *Config, logger *slog.Logger, role Role, opts *Opts) (_ *Service, err error) {
+	if opts == nil {
+		opts = &Opts{}
+	}
+	if role != RoleServe && config.Engine == EngineSQLite {
+		return nil, fmt.Errorf("`postguard %s` needs PostgreSQL (DATABASE_URL=postgres://…): the embedded SQLite database belongs to one process; use `postguard serve`", role)
+	}
+
+	sender, mailer := opts.Sender, "custom"
+	if sender == nil {
+		if sender, err = newSender(config, logger); err != nil {
+			return nil, err
+		}
+		mailer = config.Mailer
+	}
+	if role.Works() && sender == nil {
+		logger.WarnContext(ctx, "MAILER=none: email jobs stay queued until a mailer is configured; nothing is lost")
+	}
+
+	registry := prometheus.NewRegistry()
+	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	s := &Service{Config: config, Logger: logger, Role: role, Registry: registry, Mailer: mailer}
+	secret, err := s.open(ctx, func(store db.Store, secret []byte) (*river.Config, error) {
+		riverConfig, err := jobs.NewRiverConfig(
+			&jobs.Deps{Store: store, Sender: sender, Logger: logger, Registerer: registry},
+			&jobs.Config{
+				Secret:            secret,
+				AppURL:            config.AppURL,
+				EmailWorkers:      config.EmailWorkers,
+				JobTimeout:        config.JobTimeout,
+				RescueAfter:       config.JobRescueAfter,
+				JobRetention:      config.JobRetention,
+				CounterRetention:  config.CounterRetention,
+				PruneInterval:     config.PruneInterval,
+				MaxRPS:            config.ResendMaxRPS,
+				FetchCooldown:     config.FetchCooldown,
+				FetchPollInterval: config.FetchPollInterval,
+				InsertOnly:        !role.Works(),
+			})
+		if err != nil {
+			return nil, err
+		}
+		// A job still running SHUTDOWN_TIMEOUT after SIGTERM has its context cancelled; it
+		// returns context.Canceled and River puts it back without spending an attempt.
+		riverConfig.SoftStopTimeout = config.ShutdownTimeout
+		if opts.RiverConfigFunc != nil {
+			opts.RiverConfigFunc(riverConfig)
+		}
+		return riverConfig, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			s.Close()
+		}
+	}()
+
+	if config.Engine == EngineSQLite {
+		// The embedded default needs no set-up: it migrates itself.
+		if err := s.Store.Migrate(ctx); err != nil {
+			return nil, fmt.Errorf("error migrating SQLite database %s: %w", config.SQLitePath, err)
+		}
+	} else if err := s.Store.CheckSchema(ctx); err != nil {
+		return nil, err
+	}
+
+	if s.Handler, err = s.handler(secret, opts); err != nil {
+		return nil, err
+	}
+	if role.Serves() && config.MetricsAddr != "" {
+		if s.MetricsHandler, err = api.MetricsRouter(&api.Config{Logger: logger, Registerer: registry, Gatherer: registry}); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// OpenStore opens the store DATABASE_URL names with an insert-only River client, for work that
+// needs no workers (`postguard migrate`). Close the store when done.
+func OpenStore(ctx context.Context, config *Config, logger *slog.Logger) (db.Store, error) {
+	s := &Service{Config: config, Logger: logger}
+	if _, err := s.open(ctx, nil); err != nil {
+		return nil, err
+	}
+	return s.Store, nil
+}
+
+// open opens the engine and builds s.Store on it, with the River config riverConfigFunc returns
+// given the store and the secret, and returns the secret: APP_SECRET, or the embedded default's
+// own. Without riverConfigFunc the client is insert-only and no secret is needed.
+func (s *Service) open(ctx context.Context, riverConfigFunc func(store db.Store, secret []byte) (*river.Config, error)) ([]byte, error) {
+	config := s.Config
+	secret := config.AppSecret
+	var newStore func(storeConfig *db.StoreConfig) (db.Store, error)
+	switch config.Engine {
+	case EnginePostgres:
+		pg, err := postgres.NewEngine(ctx, config.DatabaseURL, &postgres.Config{Logger: s.Logger})
+		if err != nil {
+			return nil, fmt.Errorf("error connecting to PostgreSQL (DATABASE_URL): %w", err)
+		}
+		newStore = func(storeConfig *db.StoreConfig) (db.Store, error) { return db.NewStore(pg, storeConfig) }
+	default:
+		lite, err := sqlite.NewEngine(ctx, config.SQLitePath, &sqlite.Config{Logger: s.Logger})
+		if err != nil {
+			return nil, fmt.Errorf("error opening SQLite database %s (DATABASE_URL): %w", config.SQLitePath, err)
+		}
+		if secret == nil && riverConfigFunc != nil {
+			if secret, err = lite.AppSecret(); err != nil {
+				lite.Close()
+				return nil, err
+			}
+		}
+		newStore = func(storeConfig *db.StoreConfig) (db.Store, error) { return db.NewStore(lite, storeConfig) }
+	}
+
+	storeConfig := &db.StoreConfig{Logger: s.Logger}
+	if riverConfigFunc != nil {
+		storeConfig.RiverConfigFunc = func(store db.Store) (*river.Config, error) { return riverConfigFunc(store, secret) }
+	}
+	store, err := newStore(storeConfig) // closes the engine when it fails
+	if err != nil {
+		return nil, err
+	}
+	s.Store = store
+	return secret, nil
+}
+
+// handler builds the role's HTTP handler.
+func (s *Service) handler(secret []byte, opts *Opts) (http.Handler, error) {
+	config := s.Config
+	if !s.Role.Serves() {
+		return api.HealthRouter(&api.Config{Store: s.Store, Logger: s.Logger, Registerer: s.Registry, Gatherer: s.Registry})
+	}
+
+	var riverUI http.Handler
+	if config.RiverUIUsername != "" {
+		ui, err := riverui.NewHandler(&riverui.HandlerOpts{
+			Endpoints: s.Store.RiverUIEndpoints(),
+			Logger:    s.Logger,
+			Prefix:    "/riverui",
+		})
+		if err != nil {
+			return nil, fmt.Errorf("error creating River UI: %w", err)
+		}
+		// River UI's background services (its job count caches) query the store: they run until
+		// Close, not until SIGTERM, as requests still draining may use them.
+		uiCtx, stopUI := context.WithCancel(context.Background())
+		if err := ui.Start(uiCtx); err != nil {
+			stopUI()
+			return nil, fmt.Errorf("error starting River UI: %w", err)
+		}
+		s.stopUI, riverUI = stopUI, ui
+	}
+
+	apiConfig := &api.Config{
+		Store:           s.Store,
+		Limiter:         abuse.NewLimiter(s.Store, secret, config.Rules, &abuse.LimiterConfig{Registerer: s.Registry}),
+		IPResolver:      abuse.NewIPResolver(config.TrustedProxies).WithHeader(config.ClientIPHeader),
+		Secret:          secret,
+		AppURL:          config.AppURL,
+		Logger:          s.Logger,
+		Registerer:      s.Registry,
+		Gatherer:        s.Registry,
+		RiverUI:         riverUI,
+		RiverUIUsername: config.RiverUIUsername,
+		RiverUIPassword: config.RiverUIPassword,
+	}
+	if opts.APIConfigFunc != nil {
+		opts.APIConfigFunc(apiConfig)
+	}
+	return api.New(apiConfig)
+}
+
+// Close stops River UI's services and closes the store. Stop River first.
+func (s *Service) Close() error {
+	if s.stopUI != nil {
+		s.stopUI()
+	}
+	if s.Store == nil {
+		return nil
+	}
+	return s.Store.Close()
+}
+
+// NewHTTPServer is the HTTP server of a process: handler behind read-header, read, write and
+// idle timeouts, its errors logged at warning level.
+func NewHTTPServer(handler http.Handler, logger *slog.Logger) *http.Server {
+	return &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       15 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       60 * time.Second,
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+}
+
+// newSender builds the mailer MAILER names; nil for none.
+func newSender(config *Config, logger *slog.Logger) (mail.Sender, error) {
+	switch config.Mailer {
+	case MailerResend:
+		sender, err := mail.NewResendSender(&mail.ResendConfig{
+			APIKey:  config.ResendAPIKey,
+			From:    config.ResendFromEmail,
+			BaseURL: config.ResendBaseURL,
+			Timeout: config.JobTimeout,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("error creating Resend sender: %w", err)
+		}
+		return sender, nil
+	case MailerLog:
+		return mail.NewLogSender(logger), nil
+	default:
+		return nil, nil
+	}
+}

@@ -1,0 +1,288 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/postguard/postguard/db"
+	"github.com/postguard/postguard/db/postgres/dbsqlc"
+)
+
+// sqlc is the app's generated statements; each call names its executor.
+var sqlc = dbsqlc.New() //nolint:gochecknoglobals // stateless
+
+// queries runs the app's statements on dbtx: the main pool, or a transaction.
+//
+// dbsqlc's rows and parameters have db's field names, types and order (db.TokenPurpose through an
+// sqlc override, times in UTC through the pools' timestamptz codec), so they convert with plain Go
+// conversions; a field that drifts fails to compile here.
+//
+// On the main pool each call follows the retry rule (retry.go): lossIsSafe, given per statement,
+// says whether it may run again after its session was lost (a read, or a write that leaves the
+// database as it found it when run twice). In a transaction no call runs again alone.
+type queries struct {
+	dbtx  dbsqlc.DBTX
+	retry bool
+}
+
+// run runs op under the retry rule when q is on the pool.
+func run[T any](ctx context.Context, q *queries, lossIsSafe bool, op func() (T, error)) (T, error) {
+	if !q.retry {
+		return op()
+	}
+	return retryOnce(ctx, lossIsSafe, op)
+}
+
+// EmailMessageDeleteBefore implements db.Queries.
+func (q *queries) EmailMessageDeleteBefore(ctx context.Context, before time.Time, limit int) (int64, error) {
+	n, err := run(ctx, q, false, func() (int64, error) {
+		return sqlc.EmailMessageDeleteBefore(ctx, q.dbtx, dbsqlc.EmailMessageDeleteBeforeParams{Before: before, Max: int64(limit)})
+	})
+	return n, wrap("deleting old email messages", err)
+}
+
+// EmailMessageGetByJob implements db.Queries.
+func (q *queries) EmailMessageGetByJob(ctx context.Context, jobID int64) (*db.EmailMessage, error) {
+	message, err := run(ctx, q, true, func() (*dbsqlc.EmailMessage, error) {
+		return sqlc.EmailMessageGetByJob(ctx, q.dbtx, jobID)
+	})
+	return (*db.EmailMessage)(message), wrap("getting email message", err)
+}
+
+// EmailMessageInsert implements db.Queries.
+func (q *queries) EmailMessageInsert(ctx context.Context, params *db.EmailMessageInsertParams) (*db.EmailMessage, error) {
+	message, err := run(ctx, q, false, func() (*dbsqlc.EmailMessage, error) {
+		return sqlc.EmailMessageInsert(ctx, q.dbtx, dbsqlc.EmailMessageInsertParams(*params))
+	})
+	if errors.Is(err, pgx.ErrNoRows) { // ON CONFLICT DO NOTHING
+		return nil, fmt.Errorf("error inserting email message of job %d: %w", params.JobID, db.ErrExists)
+	}
+	return (*db.EmailMessage)(message), wrap("inserting email message", err)
+}
+
+// EmailMessageMarkAccepted implements db.Queries.
+func (q *queries) EmailMessageMarkAccepted(ctx context.Context, jobID int64, providerID string, now time.Time) error {
+	n, err := run(ctx, q, true, func() (int64, error) {
+		return sqlc.EmailMessageMarkAccepted(ctx, q.dbtx, dbsqlc.EmailMessageMarkAcceptedParams{ProviderID: providerID, Now: now, JobID: jobID})
+	})
+	return updated("marking email message accepted", n, err)
+}
+
+// EmailMessageRekey implements db.Queries.
+func (q *queries) EmailMessageRekey(ctx context.Context, jobID int64, idempotencyKey string, now time.Time) error {
+	n, err := run(ctx, q, true, func() (int64, error) {
+		return sqlc.EmailMessageRekey(ctx, q.dbtx, dbsqlc.EmailMessageRekeyParams{IdempotencyKey: idempotencyKey, Now: now, JobID: jobID})
+	})
+	return updated("giving email message a new key", n, err)
+}
+
+// EmailTokenConsume implements db.Queries.
+func (q *queries) EmailTokenConsume(ctx context.Context, tokenHash []byte, purpose db.TokenPurpose, now time.Time) (int64, error) {
+	userID, err := run(ctx, q, false, func() (int64, error) {
+		return sqlc.EmailTokenConsume(ctx, q.dbtx, dbsqlc.EmailTokenConsumeParams{Now: now, TokenHash: tokenHash, Purpose: purpose})
+	})
+	return userID, wrap("consuming email token", err)
+}
+
+// EmailTokenDeleteByJob implements db.Queries.
+func (q *queries) EmailTokenDeleteByJob(ctx context.Context, jobID int64) error {
+	_, err := run(ctx, q, true, func() (int64, error) {
+		return sqlc.EmailTokenDeleteByJob(ctx, q.dbtx, jobID)
+	})
+	return wrap("deleting email token", err)
+}
+
+// EmailTokenDeleteExpired implements db.Queries.
+func (q *queries) EmailTokenDeleteExpired(ctx context.Context, before time.Time, limit int) (int64, error) {
+	n, err := run(ctx, q, false, func() (int64, error) {
+		return sqlc.EmailTokenDeleteExpired(ctx, q.dbtx, dbsqlc.EmailTokenDeleteExpiredParams{Before: before, Max: int64(limit)})
+	})
+	return n, wrap("deleting expired email tokens", err)
+}
+
+// EmailTokenEraseSealed implements db.Queries.
+func (q *queries) EmailTokenEraseSealed(ctx context.Context, jobID int64) error {
+	_, err := run(ctx, q, true, func() (int64, error) {
+		return sqlc.EmailTokenEraseSealed(ctx, q.dbtx, jobID)
+	})
+	return wrap("erasing sealed token", err)
+}
+
+// EmailTokenEraseSealedBefore implements db.Queries.
+func (q *queries) EmailTokenEraseSealedBefore(ctx context.Context, before time.Time, limit int) (int64, error) {
+	n, err := run(ctx, q, false, func() (int64, error) {
+		return sqlc.EmailTokenEraseSealedBefore(ctx, q.dbtx, dbsqlc.EmailTokenEraseSealedBeforeParams{Before: before, Max: int64(limit)})
+	})
+	return n, wrap("erasing old sealed tokens", err)
+}
+
+// EmailTokenGetByJob implements db.Queries.
+func (q *queries) EmailTokenGetByJob(ctx context.Context, jobID int64) (*db.EmailToken, error) {
+	token, err := run(ctx, q, true, func() (*dbsqlc.EmailToken, error) {
+		return sqlc.EmailTokenGetByJob(ctx, q.dbtx, jobID)
+	})
+	return (*db.EmailToken)(token), wrap("getting email token", err)
+}
+
+// EmailTokenInsert implements db.Queries.
+func (q *queries) EmailTokenInsert(ctx context.Context, params *db.EmailTokenInsertParams) error {
+	// Not idempotent (job_id is unique): it runs again only when nothing was sent.
+	_, err := run(ctx, q, false, func() (struct{}, error) {
+		return struct{}{}, sqlc.EmailTokenInsert(ctx, q.dbtx, dbsqlc.EmailTokenInsertParams(*params))
+	})
+	return wrap("inserting email token", err)
+}
+
+// EmailTokenLookup implements db.Queries.
+func (q *queries) EmailTokenLookup(ctx context.Context, tokenHash []byte, purpose db.TokenPurpose, now time.Time) (int64, error) {
+	userID, err := run(ctx, q, true, func() (int64, error) {
+		return sqlc.EmailTokenLookup(ctx, q.dbtx, dbsqlc.EmailTokenLookupParams{TokenHash: tokenHash, Purpose: purpose, Now: now})
+	})
+	return userID, wrap("looking up email token", err)
+}
+
+// EmailTokenInvalidateUser implements db.Queries.
+func (q *queries) EmailTokenInvalidateUser(ctx context.Context, userID int64, purpose db.TokenPurpose, now time.Time) error {
+	_, err := run(ctx, q, false, func() (int64, error) {
+		return sqlc.EmailTokenInvalidateUser(ctx, q.dbtx, dbsqlc.EmailTokenInvalidateUserParams{Now: now, UserID: userID, Purpose: purpose})
+	})
+	return wrap("invalidating email tokens", err)
+}
+
+// RateLimitCounterDeleteExpired implements db.Queries.
+func (q *queries) RateLimitCounterDeleteExpired(ctx context.Context, before time.Time, limit int) (int64, error) {
+	n, err := run(ctx, q, false, func() (int64, error) {
+		return sqlc.RateLimitCounterDeleteExpired(ctx, q.dbtx, dbsqlc.RateLimitCounterDeleteExpiredParams{Before: before, Max: int64(limit)})
+	})
+	return n, wrap("deleting expired rate limit counters", err)
+}
+
+// SendPacerReserve implements db.Queries: in one statement shared by every process, on the
+// database's clock (clock_timestamp()). It runs again only when nothing was sent: a retry after a
+// lost answer would take a second slot.
+func (q *queries) SendPacerReserve(ctx context.Context, name string, interval time.Duration) (time.Time, time.Time, error) {
+	if interval <= 0 {
+		return time.Time{}, time.Time{}, fmt.Errorf("send pacer interval must be positive, got %s", interval)
+	}
+	intervalUS := interval.Microseconds()
+	row, err := run(ctx, q, false, func() (*dbsqlc.SendPacerReserveRow, error) {
+		return sqlc.SendPacerReserve(ctx, q.dbtx, dbsqlc.SendPacerReserveParams{Name: name, IntervalUs: intervalUS})
+	})
+	if err != nil {
+		return time.Time{}, time.Time{}, wrap("reserving send slot", err)
+	}
+	return time.UnixMicro(row.TatUs - intervalUS).UTC(), time.UnixMicro(row.NowUs).UTC(), nil
+}
+
+// Now implements db.Queries: clock_timestamp(), the clock SendPacerReserve schedules on.
+func (q *queries) Now(ctx context.Context) (time.Time, error) {
+	nowUS, err := run(ctx, q, true, func() (int64, error) {
+		return sqlc.SendPacerNow(ctx, q.dbtx)
+	})
+	if err != nil {
+		return time.Time{}, wrap("reading the database's clock", err)
+	}
+	return time.UnixMicro(nowUS).UTC(), nil
+}
+
+// UserGetByEmail implements db.Queries.
+func (q *queries) UserGetByEmail(ctx context.Context, email string) (*db.User, error) {
+	user, err := run(ctx, q, true, func() (*dbsqlc.User, error) {
+		return sqlc.UserGetByEmail(ctx, q.dbtx, email)
+	})
+	return (*db.User)(user), wrap("getting user by email", err)
+}
+
+// UserGetByID implements db.Queries.
+func (q *queries) UserGetByID(ctx context.Context, id int64) (*db.User, error) {
+	user, err := run(ctx, q, true, func() (*dbsqlc.User, error) {
+		return sqlc.UserGetByID(ctx, q.dbtx, id)
+	})
+	return (*db.User)(user), wrap("getting user by id", err)
+}
+
+// UserInsert implements db.Queries.
+func (q *queries) UserInsert(ctx context.Context, params *db.UserInsertParams) (*db.User, error) {
+	user, err := run(ctx, q, false, func() (*dbsqlc.User, error) {
+		return sqlc.UserInsert(ctx, q.dbtx, dbsqlc.UserInsertParams(*params))
+	})
+	if errors.Is(err, pgx.ErrNoRows) { // ON CONFLICT DO NOTHING: the transaction stays usable
+		return nil, db.ErrEmailTaken
+	}
+	return (*db.User)(user), wrap("inserting user", err)
+}
+
+// UserMarkEmailVerified implements db.Queries.
+func (q *queries) UserMarkEmailVerified(ctx context.Context, id int64, now time.Time) error {
+	n, err := run(ctx, q, false, func() (int64, error) {
+		return sqlc.UserMarkEmailVerified(ctx, q.dbtx, dbsqlc.UserMarkEmailVerifiedParams{Now: now, ID: id})
+	})
+	return updated("marking email verified", n, err)
+}
+
+// UserSetPassword implements db.Queries.
+func (q *queries) UserSetPassword(ctx context.Context, id int64, passwordHash string, now time.Time) error {
+	n, err := run(ctx, q, false, func() (int64, error) {
+		return sqlc.UserSetPassword(ctx, q.dbtx, dbsqlc.UserSetPasswordParams{PasswordHash: passwordHash, Now: now, ID: id})
+	})
+	return updated("setting password", n, err)
+}
+
+// UserUnsubscribe implements db.Queries.
+func (q *queries) UserUnsubscribe(ctx context.Context, id int64, now time.Time) error {
+	n, err := run(ctx, q, false, func() (int64, error) {
+		return sqlc.UserUnsubscribe(ctx, q.dbtx, dbsqlc.UserUnsubscribeParams{Now: now, ID: id})
+	})
+	return updated("unsubscribing user", n, err)
+}
+
+// counters runs the rate limiter's statements on the rate-limit pool (synchronous_commit off),
+// under the retry rule.
+type counters struct {
+	pool *pgxpool.Pool
+}
+
+// RateLimitCounterConsume implements db.Counters. When the window is at its limit, ok is false,
+// nothing is counted, and count is the limit.
+func (c *counters) RateLimitCounterConsume(ctx context.Context, params *db.RateLimitCounterConsumeParams) (int64, bool, error) {
+	// Not idempotent: a retry after a lost answer would count twice.
+	count, err := retryOnce(ctx, false, func() (int64, error) {
+		return sqlc.RateLimitCounterConsume(ctx, c.pool, dbsqlc.RateLimitCounterConsumeParams(*params))
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return params.LimitCount, false, nil
+	}
+	return count, err == nil, wrap("consuming rate limit counter", err)
+}
+
+// RateLimitCounterGet implements db.Counters: no row is a count of 0.
+func (c *counters) RateLimitCounterGet(ctx context.Context, params *db.RateLimitCounterGetParams) (int64, error) {
+	count, err := retryOnce(ctx, true, func() (int64, error) {
+		return sqlc.RateLimitCounterGet(ctx, c.pool, dbsqlc.RateLimitCounterGetParams(*params))
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, nil
+	}
+	return count, wrap("reading rate limit counter", err)
+}
+
+// wrap says what failed, its error converted to db's; nil stays nil.
+func wrap(doing string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("error %s: %w", doing, interpretError(err))
+}
+
+// updated is wrap for an update that must touch a row: none is db.ErrNotFound.
+func updated(doing string, n int64, err error) error {
+	if err == nil && n == 0 {
+		err = db.ErrNotFound
+	}
+	return wrap(doing, err)
+}

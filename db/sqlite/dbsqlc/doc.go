@@ -1,0 +1,4 @@
+// Package dbsqlc is the code sqlc generates from queries/sqlite and the sqlite migrations: one method
+// per statement, rows and parameters as structs. Run `go tool sqlc generate` after changing
+// either; only this file is written by hand. db/sqlite adapts it to the db package's types.
+package dbsqlc

@@ -1,0 +1,305 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/postguard/postguard/db"
+	"github.com/postguard/postguard/db/sqlite/dbsqlc"
+)
+
+// sqlc is the app's generated statements; each call names its executor.
+var sqlc = dbsqlc.New() //nolint:gochecknoglobals // stateless
+
+// queries runs the app's statements, and the rate limiter's, on dbtx: the engine's *sql.DB or a
+// transaction. The app's tables keep times as INTEGER unix microseconds (they compare and sort
+// as numbers, with no text format to agree on): us and at convert them.
+type queries struct {
+	dbtx dbsqlc.DBTX
+}
+
+// Users.
+
+// UserInsert implements db.Queries.
+func (q *queries) UserInsert(ctx context.Context, params *db.UserInsertParams) (*db.User, error) {
+	row, err := sqlc.UserInsert(ctx, q.dbtx, dbsqlc.UserInsertParams{
+		Email:        params.Email,
+		Name:         params.Name,
+		PasswordHash: params.PasswordHash,
+		Now:          us(params.Now),
+	})
+	if errors.Is(err, sql.ErrNoRows) { // ON CONFLICT DO NOTHING
+		return nil, db.ErrEmailTaken
+	}
+	return user(row, err, "inserting user")
+}
+
+// UserGetByEmail implements db.Queries.
+func (q *queries) UserGetByEmail(ctx context.Context, email string) (*db.User, error) {
+	row, err := sqlc.UserGetByEmail(ctx, q.dbtx, email)
+	return user(row, err, "getting user by email")
+}
+
+// UserGetByID implements db.Queries.
+func (q *queries) UserGetByID(ctx context.Context, id int64) (*db.User, error) {
+	row, err := sqlc.UserGetByID(ctx, q.dbtx, id)
+	return user(row, err, "getting user by id")
+}
+
+// UserMarkEmailVerified implements db.Queries.
+func (q *queries) UserMarkEmailVerified(ctx context.Context, id int64, now time.Time) error {
+	return mustUpdate(sqlc.UserMarkEmailVerified(ctx, q.dbtx, dbsqlc.UserMarkEmailVerifiedParams{ID: id, Now: us(now)}))("marking email verified")
+}
+
+// UserSetPassword implements db.Queries.
+func (q *queries) UserSetPassword(ctx context.Context, id int64, passwordHash string, now time.Time) error {
+	return mustUpdate(sqlc.UserSetPassword(ctx, q.dbtx, dbsqlc.UserSetPasswordParams{ID: id, PasswordHash: passwordHash, Now: us(now)}))("setting password")
+}
+
+// UserUnsubscribe implements db.Queries.
+func (q *queries) UserUnsubscribe(ctx context.Context, id int64, now time.Time) error {
+	return mustUpdate(sqlc.UserUnsubscribe(ctx, q.dbtx, dbsqlc.UserUnsubscribeParams{ID: id, Now: us(now)}))("unsubscribing user")
+}
+
+func user(row *dbsqlc.User, err error, doing string) (*db.User, error) {
+	if err != nil {
+		return nil, failed(doing, err)
+	}
+	return &db.User{
+		ID:              row.ID,
+		Email:           row.Email,
+		Name:            row.Name,
+		PasswordHash:    row.PasswordHash,
+		EmailVerifiedAt: atPtr(row.EmailVerifiedAt),
+		UnsubscribedAt:  atPtr(row.UnsubscribedAt),
+		CreatedAt:       at(row.CreatedAt),
+		UpdatedAt:       at(row.UpdatedAt),
+	}, nil
+}
+
+// Email tokens.
+
+// EmailTokenInsert implements db.Queries.
+func (q *queries) EmailTokenInsert(ctx context.Context, params *db.EmailTokenInsertParams) error {
+	err := sqlc.EmailTokenInsert(ctx, q.dbtx, dbsqlc.EmailTokenInsertParams{
+		TokenHash: params.TokenHash,
+		UserID:    params.UserID,
+		Purpose:   params.Purpose,
+		JobID:     params.JobID,
+		Sealed:    params.Sealed,
+		ExpiresAt: us(params.ExpiresAt),
+		Now:       us(params.Now),
+	})
+	return failed("inserting email token", err)
+}
+
+// EmailTokenGetByJob implements db.Queries.
+func (q *queries) EmailTokenGetByJob(ctx context.Context, jobID int64) (*db.EmailToken, error) {
+	row, err := sqlc.EmailTokenGetByJob(ctx, q.dbtx, jobID)
+	if err != nil {
+		return nil, failed("getting email token", err)
+	}
+	return &db.EmailToken{
+		TokenHash: row.TokenHash,
+		UserID:    row.UserID,
+		Purpose:   row.Purpose,
+		ExpiresAt: at(row.ExpiresAt),
+		UsedAt:    atPtr(row.UsedAt),
+		CreatedAt: at(row.CreatedAt),
+		JobID:     row.JobID,
+		Sealed:    row.Sealed,
+	}, nil
+}
+
+// EmailTokenDeleteByJob implements db.Queries.
+func (q *queries) EmailTokenDeleteByJob(ctx context.Context, jobID int64) error {
+	return anyUpdate(sqlc.EmailTokenDeleteByJob(ctx, q.dbtx, jobID))("deleting email token")
+}
+
+// EmailTokenEraseSealed implements db.Queries.
+func (q *queries) EmailTokenEraseSealed(ctx context.Context, jobID int64) error {
+	return anyUpdate(sqlc.EmailTokenEraseSealed(ctx, q.dbtx, jobID))("erasing sealed token")
+}
+
+// EmailTokenConsume implements db.Queries.
+func (q *queries) EmailTokenConsume(ctx context.Context, tokenHash []byte, purpose db.TokenPurpose, now time.Time) (int64, error) {
+	nowUS := us(now)
+	userID, err := sqlc.EmailTokenConsume(ctx, q.dbtx, dbsqlc.EmailTokenConsumeParams{Now: &nowUS, TokenHash: tokenHash, Purpose: purpose})
+	return userID, failed("consuming email token", err)
+}
+
+// EmailTokenLookup implements db.Queries.
+func (q *queries) EmailTokenLookup(ctx context.Context, tokenHash []byte, purpose db.TokenPurpose, now time.Time) (int64, error) {
+	userID, err := sqlc.EmailTokenLookup(ctx, q.dbtx, dbsqlc.EmailTokenLookupParams{TokenHash: tokenHash, Purpose: purpose, Now: us(now)})
+	return userID, failed("looking up email token", err)
+}
+
+// EmailTokenInvalidateUser implements db.Queries.
+func (q *queries) EmailTokenInvalidateUser(ctx context.Context, userID int64, purpose db.TokenPurpose, now time.Time) error {
+	nowUS := us(now)
+	return anyUpdate(sqlc.EmailTokenInvalidateUser(ctx, q.dbtx, dbsqlc.EmailTokenInvalidateUserParams{Now: &nowUS, UserID: userID, Purpose: purpose}))("invalidating email tokens")
+}
+
+// EmailTokenDeleteExpired implements db.Queries.
+func (q *queries) EmailTokenDeleteExpired(ctx context.Context, before time.Time, limit int) (int64, error) {
+	return counted(sqlc.EmailTokenDeleteExpired(ctx, q.dbtx, dbsqlc.EmailTokenDeleteExpiredParams{Before: us(before), Max: int64(limit)}))("deleting expired email tokens")
+}
+
+// EmailTokenEraseSealedBefore implements db.Queries.
+func (q *queries) EmailTokenEraseSealedBefore(ctx context.Context, before time.Time, limit int) (int64, error) {
+	return counted(sqlc.EmailTokenEraseSealedBefore(ctx, q.dbtx, dbsqlc.EmailTokenEraseSealedBeforeParams{Before: us(before), Max: int64(limit)}))("erasing old sealed tokens")
+}
+
+// Email messages.
+
+// EmailMessageInsert implements db.Queries.
+func (q *queries) EmailMessageInsert(ctx context.Context, params *db.EmailMessageInsertParams) (*db.EmailMessage, error) {
+	row, err := sqlc.EmailMessageInsert(ctx, q.dbtx, dbsqlc.EmailMessageInsertParams{
+		JobID:          params.JobID,
+		Kind:           params.Kind,
+		UserID:         params.UserID,
+		IdempotencyKey: params.IdempotencyKey,
+		Now:            us(params.Now),
+	})
+	if errors.Is(err, sql.ErrNoRows) { // ON CONFLICT DO NOTHING
+		return nil, fmt.Errorf("error inserting email message of job %d: %w", params.JobID, db.ErrExists)
+	}
+	return emailMessage(row, err, "inserting email message")
+}
+
+// EmailMessageGetByJob implements db.Queries.
+func (q *queries) EmailMessageGetByJob(ctx context.Context, jobID int64) (*db.EmailMessage, error) {
+	row, err := sqlc.EmailMessageGetByJob(ctx, q.dbtx, jobID)
+	return emailMessage(row, err, "getting email message")
+}
+
+// EmailMessageRekey implements db.Queries.
+func (q *queries) EmailMessageRekey(ctx context.Context, jobID int64, idempotencyKey string, now time.Time) error {
+	return mustUpdate(sqlc.EmailMessageRekey(ctx, q.dbtx, dbsqlc.EmailMessageRekeyParams{JobID: jobID, IdempotencyKey: idempotencyKey, Now: us(now)}))("giving email message a new key")
+}
+
+// EmailMessageMarkAccepted implements db.Queries.
+func (q *queries) EmailMessageMarkAccepted(ctx context.Context, jobID int64, providerID string, now time.Time) error {
+	return mustUpdate(sqlc.EmailMessageMarkAccepted(ctx, q.dbtx, dbsqlc.EmailMessageMarkAcceptedParams{JobID: jobID, ProviderID: &providerID, Now: us(now)}))("marking email message accepted")
+}
+
+// EmailMessageDeleteBefore implements db.Queries.
+func (q *queries) EmailMessageDeleteBefore(ctx context.Context, before time.Time, limit int) (int64, error) {
+	return counted(sqlc.EmailMessageDeleteBefore(ctx, q.dbtx, dbsqlc.EmailMessageDeleteBeforeParams{Before: us(before), Max: int64(limit)}))("deleting old email messages")
+}
+
+func emailMessage(row *dbsqlc.EmailMessage, err error, doing string) (*db.EmailMessage, error) {
+	if err != nil {
+		return nil, failed(doing, err)
+	}
+	return &db.EmailMessage{
+		JobID:          row.JobID,
+		Kind:           row.Kind,
+		UserID:         row.UserID,
+		IdempotencyKey: row.IdempotencyKey,
+		KeyCreatedAt:   at(row.KeyCreatedAt),
+		Status:         row.Status,
+		ProviderID:     row.ProviderID,
+		AcceptedAt:     atPtr(row.AcceptedAt),
+		CreatedAt:      at(row.CreatedAt),
+		UpdatedAt:      at(row.UpdatedAt),
+	}, nil
+}
+
+// Rate-limit counters and the send pacer.
+
+// RateLimitCounterConsume implements db.Counters. When the window is at its limit, ok is false,
+// nothing is counted, and count is the limit.
+func (q *queries) RateLimitCounterConsume(ctx context.Context, params *db.RateLimitCounterConsumeParams) (int64, bool, error) {
+	count, err := sqlc.RateLimitCounterConsume(ctx, q.dbtx, dbsqlc.RateLimitCounterConsumeParams{
+		KeyHash:     params.KeyHash,
+		WindowStart: us(params.WindowStart),
+		WindowEnd:   us(params.WindowEnd),
+		LimitCount:  params.LimitCount,
+	})
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return params.LimitCount, false, nil
+	case err != nil:
+		return 0, false, failed("consuming rate limit counter", err)
+	}
+	return count, true, nil
+}
+
+// RateLimitCounterGet implements db.Counters: no row is a count of 0.
+func (q *queries) RateLimitCounterGet(ctx context.Context, params *db.RateLimitCounterGetParams) (int64, error) {
+	count, err := sqlc.RateLimitCounterGet(ctx, q.dbtx, dbsqlc.RateLimitCounterGetParams{KeyHash: params.KeyHash, WindowStart: us(params.WindowStart)})
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, nil
+	}
+	return count, failed("reading rate limit counter", err)
+}
+
+// RateLimitCounterDeleteExpired implements db.Queries.
+func (q *queries) RateLimitCounterDeleteExpired(ctx context.Context, before time.Time, limit int) (int64, error) {
+	return counted(sqlc.RateLimitCounterDeleteExpired(ctx, q.dbtx, dbsqlc.RateLimitCounterDeleteExpiredParams{Before: us(before), Max: int64(limit)}))("deleting expired rate limit counters")
+}
+
+// SendPacerReserve implements db.Queries: in one statement shared by every worker, on the
+// database's clock (the process's own: SQLite runs in it).
+func (q *queries) SendPacerReserve(ctx context.Context, name string, interval time.Duration) (time.Time, time.Time, error) {
+	if interval <= 0 {
+		return time.Time{}, time.Time{}, fmt.Errorf("send pacer interval must be positive, got %s", interval)
+	}
+	intervalUS := interval.Microseconds()
+	row, err := sqlc.SendPacerReserve(ctx, q.dbtx, dbsqlc.SendPacerReserveParams{Name: name, IntervalUs: intervalUS})
+	if err != nil {
+		return time.Time{}, time.Time{}, failed("reserving send slot", err)
+	}
+	return at(row.TatUs - intervalUS), at(row.Column2), nil
+}
+
+// Now implements db.Queries: the clock SendPacerReserve schedules on.
+func (q *queries) Now(ctx context.Context) (time.Time, error) {
+	nowUS, err := sqlc.SendPacerNow(ctx, q.dbtx)
+	if err != nil {
+		return time.Time{}, failed("reading the database's clock", err)
+	}
+	return at(nowUS), nil
+}
+
+// failed says what failed, its error converted to db's; nil stays nil.
+func failed(doing string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("error %s: %w", doing, interpretError(err))
+}
+
+// counted, anyUpdate and mustUpdate take an exec's (rows, error) and, given what it did, return
+// the rows or the error: mustUpdate's statement must touch a row (none is db.ErrNotFound).
+func counted(n int64, err error) func(doing string) (int64, error) {
+	return func(doing string) (int64, error) { return n, failed(doing, err) }
+}
+
+func anyUpdate(_ int64, err error) func(doing string) error {
+	return func(doing string) error { return failed(doing, err) }
+}
+
+func mustUpdate(n int64, err error) func(doing string) error {
+	if err == nil && n == 0 {
+		err = db.ErrNotFound
+	}
+	return func(doing string) error { return failed(doing, err) }
+}
+
+// us is t in the app's INTEGER form, unix microseconds; at reads it back, in UTC.
+func us(t time.Time) int64 { return t.UnixMicro() }
+
+func at(us int64) time.Time { return time.UnixMicro(us).UTC() }
+
+func atPtr(us *int64) *time.Time {
+	if us == nil {
+		return nil
+	}
+	t := at(*us)
+	return &t
+}

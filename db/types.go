@@ -1,0 +1,107 @@
+package db
+
+import "time"
+
+// User is a registered user.
+type User struct {
+	ID              int64
+	Email           string
+	Name            string
+	PasswordHash    string
+	EmailVerifiedAt *time.Time
+	UnsubscribedAt  *time.Time
+	CreatedAt       time.Time
+	UpdatedAt       time.Time
+}
+
+// TokenPurpose says what an email token may be used for; a token of one purpose never stands in
+// for another.
+type TokenPurpose string
+
+const (
+	TokenPurposeVerify TokenPurpose = "verify"
+	TokenPurposeReset  TokenPurpose = "reset"
+)
+
+// Message statuses: an email job's message is queued from its first attempt until the provider
+// accepts it (sent).
+const (
+	EmailStatusQueued = "queued"
+	EmailStatusSent   = "sent"
+)
+
+// EmailMessage is the message row of one email job, created at its first attempt.
+type EmailMessage struct {
+	JobID  int64
+	Kind   string
+	UserID int64
+	// IdempotencyKey is the key every attempt sends under (<kind>:<user_id>:<random>).
+	IdempotencyKey string
+	// KeyCreatedAt is when IdempotencyKey was chosen: the provider forgets a key 24 hours later.
+	KeyCreatedAt time.Time
+	Status       string
+	// ProviderID is the provider's id of the accepted mail; nil until then.
+	ProviderID *string
+	// AcceptedAt is when the provider accepted the mail; nil until then. A later attempt of a job
+	// whose mail was accepted completes without sending.
+	AcceptedAt *time.Time
+	CreatedAt  time.Time
+	UpdatedAt  time.Time
+}
+
+// EmailToken is a stored link token: never the token itself, only its hash and, while its job may
+// still send it, its sealed copy.
+type EmailToken struct {
+	TokenHash []byte
+	UserID    int64
+	Purpose   TokenPurpose
+	ExpiresAt time.Time
+	UsedAt    *time.Time
+	CreatedAt time.Time
+	JobID     int64
+	// Sealed is the token encrypted for its job's later attempts (jobs/tokens.Sealer); nil once
+	// the provider accepted the mail, or after 24 hours.
+	Sealed []byte
+}
+
+// EmailMessageInsertParams are the fields of a job's new message row.
+type EmailMessageInsertParams struct {
+	JobID          int64
+	Kind           string
+	UserID         int64
+	IdempotencyKey string
+	Now            time.Time
+}
+
+// UserInsertParams are the fields of a new user.
+type UserInsertParams struct {
+	Email        string // normalised
+	Name         string
+	PasswordHash string
+	Now          time.Time
+}
+
+// EmailTokenInsertParams are the stored forms of a job's new token.
+type EmailTokenInsertParams struct {
+	TokenHash []byte // SHA-256 of the token
+	UserID    int64
+	Purpose   TokenPurpose
+	JobID     int64
+	Sealed    []byte // the token sealed for the job's later attempts
+	ExpiresAt time.Time
+	Now       time.Time
+}
+
+// RateLimitCounterConsumeParams names one fixed window of one key and its limit.
+type RateLimitCounterConsumeParams struct {
+	KeyHash     []byte
+	WindowStart time.Time
+	WindowEnd   time.Time
+	LimitCount  int64
+}
+
+// RateLimitCounterGetParams names one fixed window of one key.
+type RateLimitCounterGetParams struct {
+	KeyHash     []byte
+	WindowStart time.Time
+}
