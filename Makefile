@@ -7,7 +7,7 @@ SOAK_DURATION ?= 3m
 SOAK_FLAGS ?=
 GO ?= go
 
-.PHONY: run test generate lint bench fuzz load soak
+.PHONY: run test generate lint lint-openapi bench fuzz load soak
 
 run:
 	$(GO) run ./cmd/postguard serve
@@ -23,6 +23,12 @@ lint:
 	$(GO) vet ./...
 	$(GO) tool sqlc diff
 	$(GO) tool golangci-lint run ./...
+
+# The OpenAPI document against Redocly's recommended rules (needs Node and the npm registry).
+# Its warnings are true of the service: GET routes with no 4xx answer, a redirect with no 2xx.
+REDOCLY ?= npx -y @redocly/cli@2.77.0
+lint-openapi:
+	$(REDOCLY) lint --format=stylish api/openapi.yaml
 
 load:
 	$(GO) run ./cmd/postguard-load

@@ -97,10 +97,14 @@ func checkOpenAPI(t testing.TB, req *http.Request, rec *httptest.ResponseRecorde
 		return doc.Components.Schemas["Problem"].Value.VisitJSON(body, openapi3.EnableJSONSchema2020())
 	}
 
-	// Every path of this API is literal, so the operation is found by exact path (kin-openapi's
-	// routers treat "/riverui" and "/riverui/" as one). Gin removes extra slashes before
-	// routing; so does the lookup.
+	// The operation is found by exact path (kin-openapi's routers treat "/riverui" and
+	// "/riverui/" as one), everything under /riverui/ being River UI's. Gin removes extra
+	// slashes before routing; so does the lookup.
 	path := cleanPath(req.URL.Path)
+	params := map[string]string{}
+	if rest, ok := strings.CutPrefix(path, "/riverui/"); ok {
+		path, params["path"] = "/riverui/{path}", rest
+	}
 	item := doc.Paths.Value(path)
 	if item == nil || item.GetOperation(req.Method) == nil {
 		return fmt.Errorf("no operation %s %s in openapi.yaml", req.Method, path)
@@ -110,7 +114,7 @@ func checkOpenAPI(t testing.TB, req *http.Request, rec *httptest.ResponseRecorde
 	return openapi3filter.ValidateResponse(context.Background(), &openapi3filter.ResponseValidationInput{
 		RequestValidationInput: &openapi3filter.RequestValidationInput{
 			Request:    req,
-			PathParams: map[string]string{},
+			PathParams: params,
 			Route:      route,
 		},
 		Status:  rec.Code,

@@ -147,7 +147,7 @@ func TestServer_OpenAPI(t *testing.T) {
 		require.NoError(t, err)
 		var routes, documented []string
 		for _, route := range slices.Concat(bundle.router.Routes(), metrics.Routes()) {
-			path := strings.Replace(route.Path, "/*path", "/", 1)
+			path := strings.Replace(route.Path, "/*path", "/{path}", 1) // Gin's wildcard, OpenAPI's parameter
 			if route.Method != http.MethodGet && route.Path == "/riverui/*path" {
 				continue // River UI's own API under /riverui/api/, not part of this contract
 			}
