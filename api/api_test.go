@@ -100,11 +100,7 @@ func checkOpenAPI(t testing.TB, req *http.Request, rec *httptest.ResponseRecorde
 	// The operation is found by exact path (kin-openapi's routers treat "/riverui" and
 	// "/riverui/" as one), everything under /riverui/ being River UI's. Gin removes extra
 	// slashes before routing; so does the lookup.
-	path := cleanPath(req.URL.Path)
-	params := map[string]string{}
-	if rest, ok := strings.CutPrefix(path, "/riverui/"); ok {
-		path, params["path"] = "/riverui/{path}", rest
-	}
+	path, params := matchPath(doc, cleanPath(req.URL.Path))
 	item := doc.Paths.Value(path)
 	if item == nil || item.GetOperation(req.Method) == nil {
 		return fmt.Errorf("no operation %s %s in openapi.yaml", req.Method, path)
@@ -122,6 +118,41 @@ func checkOpenAPI(t testing.TB, req *http.Request, rec *httptest.ResponseRecorde
 		Body:    io.NopCloser(bytes.NewReader(rec.Body.Bytes())),
 		Options: &openapi3filter.Options{IncludeResponseStatus: true, MultiError: true},
 	})
+}
+
+// matchPath finds the document's path for a request's: the literal one when there is one, else
+// the template whose segments match, each `{name}` one non-empty segment, and River UI's
+// `/riverui/{path}` everything under /riverui/. It returns the path as the document has it
+// (the request's own when none matches) and the template's parameters.
+func matchPath(doc *openapi3.T, path string) (string, map[string]string) {
+	params := map[string]string{}
+	if doc.Paths.Value(path) != nil {
+		return path, params
+	}
+	if rest, ok := strings.CutPrefix(path, "/riverui/"); ok {
+		params["path"] = rest
+		return "/riverui/{path}", params
+	}
+	segments := strings.Split(path, "/")
+	for template := range doc.Paths.Map() {
+		want := strings.Split(template, "/")
+		if len(want) != len(segments) || !strings.Contains(template, "{") {
+			continue
+		}
+		matched := map[string]string{}
+		for i, seg := range want {
+			if name, ok := strings.CutPrefix(seg, "{"); ok && strings.HasSuffix(name, "}") && segments[i] != "" {
+				matched[strings.TrimSuffix(name, "}")] = segments[i]
+			} else if seg != segments[i] {
+				matched = nil
+				break
+			}
+		}
+		if matched != nil {
+			return template, matched
+		}
+	}
+	return path, params
 }
 
 // cleanPath collapses repeated slashes, keeping a trailing one.
