@@ -79,6 +79,9 @@ type Counters interface {
 	// RateLimitCounterGet reads how many requests a window has counted (0 when none), spending
 	// nothing.
 	RateLimitCounterGet(ctx context.Context, params *RateLimitCounterGetParams) (int64, error)
+	// RateLimitCounterDelete deletes a window's counter (none is fine): its key starts the window
+	// afresh.
+	RateLimitCounterDelete(ctx context.Context, params *RateLimitCounterDeleteParams) error
 }
 
 // Tx is a transaction of Store.InTx: the app's statements, and River jobs inserted with River's

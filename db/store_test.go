@@ -857,6 +857,44 @@ func TestStore_RateLimitCounter(t *testing.T) {
 			require.Equal(t, int64(2), count)
 		})
 
+		t.Run("Delete", func(t *testing.T) {
+			t.Parallel()
+
+			ctx := t.Context()
+			store := newStore(t)
+			del := func(key string, start time.Time) {
+				t.Helper()
+				require.NoError(t, store.RateLimitCounterDelete(ctx, &db.RateLimitCounterDeleteParams{KeyHash: tokenHash(key), WindowStart: start}))
+			}
+
+			for range 3 {
+				_, _, err := store.RateLimitCounterConsume(ctx, window("ip", now, 3))
+				require.NoError(t, err)
+				_, _, err = store.RateLimitCounterConsume(ctx, window("ip", now.Add(-15*time.Minute), 3))
+				require.NoError(t, err)
+				_, _, err = store.RateLimitCounterConsume(ctx, window("email", now, 3))
+				require.NoError(t, err)
+			}
+			_, ok, err := store.RateLimitCounterConsume(ctx, window("ip", now, 3))
+			require.NoError(t, err)
+			require.False(t, ok, "at the limit")
+
+			del("ip", now)
+			del("ip", now)      // none left: fine
+			del("unknown", now) // never counted: fine
+			count, ok, err := store.RateLimitCounterConsume(ctx, window("ip", now, 3))
+			require.NoError(t, err)
+			require.True(t, ok, "the window starts afresh")
+			require.Equal(t, int64(1), count)
+
+			// Other windows and keys are untouched.
+			for _, w := range []*db.RateLimitCounterConsumeParams{window("ip", now.Add(-15*time.Minute), 3), window("email", now, 3)} {
+				_, ok, err := store.RateLimitCounterConsume(ctx, w)
+				require.NoError(t, err)
+				require.False(t, ok)
+			}
+		})
+
 		t.Run("GetSpendsNothing", func(t *testing.T) {
 			t.Parallel()
 

@@ -105,3 +105,9 @@ type RateLimitCounterGetParams struct {
 	KeyHash     []byte
 	WindowStart time.Time
 }
+
+// RateLimitCounterDeleteParams names one fixed window of one key.
+type RateLimitCounterDeleteParams struct {
+	KeyHash     []byte
+	WindowStart time.Time
+}

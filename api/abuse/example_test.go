@@ -20,13 +20,13 @@ func ExampleParseLimit() {
 	// invalid rate limit "0/15m": limit 0 must be at least 1: want N/DURATION with N ≥ 1 and DURATION ≥ 1s in whole seconds, e.g. 5/15m or 3/1h
 }
 
-// The config loader overrides rules from RATE_LIMIT_<ACTION>_<SCOPE> (os.LookupEnv in
-// production).
-func ExampleRules_WithEnv() {
-	env := map[string]string{"RATE_LIMIT_REGISTER_IP": "20/1h"}
-	rules, err := abuse.DefaultRules().WithEnv(func(key string) (string, bool) {
-		v, ok := env[key]
-		return v, ok
+// The config loader reads every RATE_LIMIT_<ACTION>_<SCOPE> variable (os.Environ in
+// production): a built-in action's overrides its rule, any other adds a custom action's.
+func ExampleRules_WithEnviron() {
+	rules, err := abuse.DefaultRules().WithEnviron([]string{
+		"RATE_LIMIT_REGISTER_IP=20/1h",
+		"RATE_LIMIT_LOGIN_IP=20/15m",
+		"RATE_LIMIT_LOGIN_KEY=5/15m",
 	})
 	if err != nil {
 		panic(err)
@@ -34,6 +34,9 @@ func ExampleRules_WithEnv() {
 	for _, rule := range rules.All() {
 		fmt.Printf("%-38s %d/%s\n", rule.EnvName(), rule.Limit, rule.Window)
 	}
+
+	_, err = abuse.DefaultRules().WithEnviron([]string{"RATE_LIMIT_LOGIN_USER=5/15m"})
+	fmt.Println(err)
 	// Output:
 	// RATE_LIMIT_REGISTER_IP                 20/1h0m0s
 	// RATE_LIMIT_REGISTER_EMAIL              3/1h0m0s
@@ -43,6 +46,9 @@ func ExampleRules_WithEnv() {
 	// RATE_LIMIT_RESEND_VERIFICATION_EMAIL   3/30m0s
 	// RATE_LIMIT_RESET_PASSWORD_IP           10/15m0s
 	// RATE_LIMIT_RIVERUI_LOGIN_IP            10/15m0s
+	// RATE_LIMIT_LOGIN_IP                    20/15m0s
+	// RATE_LIMIT_LOGIN_KEY                   5/15m0s
+	// RATE_LIMIT_LOGIN_USER: unknown scope "USER": want RATE_LIMIT_<ACTION>_<SCOPE>, ACTION of A-Z, 0-9 and _ (starting with a letter, at most 32) and SCOPE one of IP, EMAIL, KEY
 }
 
 func ExampleIPResolver_ClientIP() {
