@@ -125,6 +125,7 @@ func TestServer_OpenAPI(t *testing.T) {
 
 	bundle := newSQLiteBundle(t, &setupOpts{configFunc: func(config *Config) {
 		config.RiverUI, config.RiverUIUsername, config.RiverUIPassword = http.NotFoundHandler(), "u", "p"
+		config.LimitsToken = limitsToken
 	}})
 
 	t.Run("Served", func(t *testing.T) {
@@ -148,6 +149,7 @@ func TestServer_OpenAPI(t *testing.T) {
 		var routes, documented []string
 		for _, route := range slices.Concat(bundle.router.Routes(), metrics.Routes()) {
 			path := strings.Replace(route.Path, "/*path", "/{path}", 1) // Gin's wildcard, OpenAPI's parameter
+			path = strings.Replace(path, "/:action", "/{action}", 1)
 			if route.Method != http.MethodGet && route.Path == "/riverui/*path" {
 				continue // River UI's own API under /riverui/api/, not part of this contract
 			}

@@ -59,6 +59,9 @@ type Config struct {
 	RiverUIUsername string
 	RiverUIPassword string
 
+	// LimitsToken is LIMITS_API_TOKEN, the bearer token of /v1/limits; "" serves no limits API.
+	LimitsToken string
+
 	JobRetention      time.Duration
 	CounterRetention  time.Duration
 	PruneInterval     time.Duration

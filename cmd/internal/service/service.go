@@ -244,6 +244,7 @@ func (s *Service) handler(secret []byte, opts *Opts) (http.Handler, error) {
 		RiverUI:         riverUI,
 		RiverUIUsername: config.RiverUIUsername,
 		RiverUIPassword: config.RiverUIPassword,
+		LimitsToken:     config.LimitsToken,
 	}
 	if opts.APIConfigFunc != nil {
 		opts.APIConfigFunc(apiConfig)
