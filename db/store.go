@@ -102,6 +102,7 @@ type Jobs interface {
 	StopAndCancel(ctx context.Context) error
 	Stopped() <-chan struct{}
 	Subscribe(kinds ...river.EventKind) (<-chan *river.Event, func())
+	SubscribeConfig(config *river.SubscribeConfig) (<-chan *river.Event, func())
 	JobGet(ctx context.Context, id int64) (*rivertype.JobRow, error)
 	JobList(ctx context.Context, params *river.JobListParams) (*river.JobListResult, error)
 	JobDeleteMany(ctx context.Context, params *river.JobDeleteManyParams) (*river.JobDeleteManyResult, error)

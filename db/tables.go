@@ -200,6 +200,10 @@ func (j riverJobs[TTx]) Subscribe(kinds ...river.EventKind) (<-chan *river.Event
 	return j.s.client.Subscribe(kinds...)
 }
 
+func (j riverJobs[TTx]) SubscribeConfig(config *river.SubscribeConfig) (<-chan *river.Event, func()) {
+	return j.s.client.SubscribeConfig(config)
+}
+
 func (j riverJobs[TTx]) JobGet(ctx context.Context, id int64) (*rivertype.JobRow, error) {
 	return j.s.client.JobGet(ctx, id)
 }

@@ -72,10 +72,10 @@ type emailSpec struct {
 	purpose db.TokenPurpose
 	ttl     time.Duration
 	// skip says why user gets no mail of this kind, or "" to send it; nil sends to every user.
-	skip func(user *db.User) string
+	skip func(user *Recipient) string
 	// render builds the mail to user, with token (the link's, "" without a purpose). Its
 	// IdempotencyKey and Kind are the mailer's to set.
-	render func(links *linkBuilder, user *db.User, token string) (*mail.Message, error)
+	render func(links *linkBuilder, user *Recipient, token string) (*mail.Message, error)
 }
 
 // emailWorker is the River worker of one email kind, T its args.
@@ -109,8 +109,8 @@ func (l *linkBuilder) unsubscribeURL(userID int64) string {
 	return l.appURL + "/v1/unsubscribe?token=" + tokens.Unsubscribe(l.secret, userID)
 }
 
-// mailer is what the email workers share: the store, the sender, the pacer, the token sealer and
-// the delivery metric.
+// mailer is what the email workers share: the store, the recipients, the sender, the pacer, the
+// token sealer and the delivery metric.
 type mailer struct {
 	jobTimeout time.Duration
 	links      *linkBuilder
@@ -118,9 +118,10 @@ type mailer struct {
 	metrics    *metrics
 	nowFunc    func() time.Time
 	pacer      *pacer
+	recipients Recipients
 	sealer     *tokens.Sealer
 	sender     mail.Sender
-	store      db.Store
+	store      db.Tables
 }
 
 // attempt is one attempt of one email job: what its steps read.
@@ -184,8 +185,8 @@ func (m *mailer) deliver(a *attempt, userID int64, spec *emailSpec) error {
 		// Not reached in practice: without a sender the email queue is not worked at all.
 		return errors.New("no mailer configured (MAILER=none)")
 	}
-	user, err := m.store.UserGetByID(a.ctx, userID)
-	if errors.Is(err, db.ErrNotFound) {
+	user, err := m.recipient(a.ctx, userID)
+	if errors.Is(err, ErrNoRecipient) {
 		return &skipped{reason: "the user was deleted"}
 	}
 	if err != nil {
@@ -220,6 +221,17 @@ func (m *mailer) deliver(a *attempt, userID int64, spec *emailSpec) error {
 	// Should this fail, the provider has the mail: the next attempt sends the same bytes under
 	// the same key, which the provider answers without delivering again, and records it then.
 	return m.markAccepted(a, providerID, spec.purpose)
+}
+
+// recipient reads the job's user from the Recipients: the one place workers read a user.
+func (m *mailer) recipient(ctx context.Context, userID int64) (*Recipient, error) {
+	r, err := m.recipients.Recipient(ctx, userID)
+	if err != nil {
+		return nil, err
+	}
+	user := *r // the Recipients' own value stays as it gave it
+	user.ID = userID
+	return &user, nil
 }
 
 // delivery is what every attempt of one email job sends under: its idempotency key and, for
@@ -284,7 +296,7 @@ func (m *mailer) start(a *attempt, userID int64, spec *emailSpec, now time.Time,
 	if spec.purpose != "" {
 		dl.token = tokens.New()
 	}
-	err := m.store.InTx(a.ctx, func(ctx context.Context, tx db.Tx) error {
+	err := m.store.Transact(a.ctx, func(ctx context.Context, tx db.Queries) error {
 		if restart {
 			if err := tx.EmailMessageRekey(ctx, job.ID, dl.key, now); err != nil {
 				return err
@@ -324,7 +336,7 @@ func (m *mailer) start(a *attempt, userID int64, spec *emailSpec, now time.Time,
 // markAccepted records that the provider accepted the job's mail, and erases the sealed copy of
 // its token: nothing will send it again.
 func (m *mailer) markAccepted(a *attempt, providerID string, purpose db.TokenPurpose) error {
-	err := m.store.InTx(a.ctx, func(ctx context.Context, tx db.Tx) error {
+	err := m.store.Transact(a.ctx, func(ctx context.Context, tx db.Queries) error {
 		if err := tx.EmailMessageMarkAccepted(ctx, a.job.ID, providerID, m.nowFunc()); err != nil {
 			return err
 		}

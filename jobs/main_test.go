@@ -97,6 +97,8 @@ type setupOpts struct {
 	fake *resendfake.Config
 	// sender wraps the ResendSender.
 	sender func(inner mail.Sender) mail.Sender
+	// recipients replaces postguard's users table as the workers' Recipients (a host app's).
+	recipients func(store *dbtest.Store) Recipients
 }
 
 func setup(t *testing.T, newStore dbtest.NewStoreFunc, opts *setupOpts) *testBundle {
@@ -138,6 +140,11 @@ func setup(t *testing.T, newStore dbtest.NewStoreFunc, opts *setupOpts) *testBun
 		Registerer: prometheus.NewRegistry(),
 		Sender:     sender,
 		Store:      store,
+		Recipients: UserRecipients(store),
+		Jobs:       store.Jobs(),
+	}
+	if opts.recipients != nil {
+		deps.Recipients = opts.recipients(store)
 	}
 	workers, err := NewWorkers(deps, config)
 	require.NoError(t, err)

@@ -33,7 +33,7 @@ type PasswordResetEmailWorker struct {
 var passwordResetEmail = &emailSpec{ //nolint:gochecknoglobals // a constant spec
 	purpose: db.TokenPurposeReset,
 	ttl:     ResetTokenTTL,
-	render: func(links *linkBuilder, user *db.User, token string) (*mail.Message, error) {
+	render: func(links *linkBuilder, user *Recipient, token string) (*mail.Message, error) {
 		subject, html, text, err := mail.RenderPasswordReset(&mail.PasswordResetData{
 			Name:      user.Name,
 			ResetURL:  links.resetURL(token),

@@ -34,7 +34,7 @@ type VerificationEmailWorker struct {
 var verificationEmail = &emailSpec{ //nolint:gochecknoglobals // a constant spec
 	purpose: db.TokenPurposeVerify,
 	ttl:     VerifyTokenTTL,
-	render: func(links *linkBuilder, user *db.User, token string) (*mail.Message, error) {
+	render: func(links *linkBuilder, user *Recipient, token string) (*mail.Message, error) {
 		subject, html, text, err := mail.RenderVerification(&mail.VerificationData{
 			Name:      user.Name,
 			VerifyURL: links.verifyURL(token),

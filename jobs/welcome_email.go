@@ -4,7 +4,6 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 
-	"github.com/postguard/postguard/db"
 	"github.com/postguard/postguard/jobs/mail"
 )
 
@@ -39,13 +38,13 @@ type WelcomeEmailWorker struct {
 }
 
 var welcomeEmail = &emailSpec{ //nolint:gochecknoglobals // a constant spec
-	skip: func(user *db.User) string {
-		if user.UnsubscribedAt != nil {
+	skip: func(user *Recipient) string {
+		if user.Unsubscribed {
 			return "the user unsubscribed; welcome email not sent"
 		}
 		return ""
 	},
-	render: func(links *linkBuilder, user *db.User, _ string) (*mail.Message, error) {
+	render: func(links *linkBuilder, user *Recipient, _ string) (*mail.Message, error) {
 		unsubscribeURL := links.unsubscribeURL(user.ID)
 		subject, html, text, err := mail.RenderWelcome(&mail.WelcomeData{
 			Name:           user.Name,

@@ -100,7 +100,14 @@ func New(ctx context.Context, config *Config, logger *slog.Logger, role Role, op
 	s := &Service{Config: config, Logger: logger, Role: role, Registry: registry, Mailer: mailer}
 	secret, err := s.open(ctx, func(store db.Store, secret []byte) (*river.Config, error) {
 		riverConfig, err := jobs.NewRiverConfig(
-			&jobs.Deps{Store: store, Sender: sender, Logger: logger, Registerer: registry},
+			&jobs.Deps{
+				Store:      store,
+				Recipients: jobs.UserRecipients(store), // postguard's own users table
+				Jobs:       store.Jobs(),
+				Sender:     sender,
+				Logger:     logger,
+				Registerer: registry,
+			},
 			&jobs.Config{
 				Secret:            secret,
 				AppURL:            config.AppURL,
