@@ -5,7 +5,7 @@
 // RATE_LIMIT_<ACTION>_<SCOPE> variables, the limits API or its own Rules. It knows no routes and
 // no HTTP framework: the caller resolves the client IP with an IPResolver, asks Limiter.Allow (or
 // Limiter.Peek, which spends nothing, or Limiter.Clear, which starts a subject's windows afresh)
-// for a Subject, and writes Decision.SetHeaders.
+// for a Subject, and writes Decision.SetHeaders. Package ginlimit does that for a Gin app.
 //
 // Windows are fixed and aligned on the Unix epoch (window_start = floor(now/size)*size). An
 // action's rules are checked IP, then email, then key, each spending only when the ones before it

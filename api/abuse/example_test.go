@@ -1,13 +1,87 @@
 package abuse_test
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/postguard/postguard/api/abuse"
+	"github.com/postguard/postguard/db"
+	"github.com/postguard/postguard/db/sqlite"
 )
+
+// The failure-counting pattern of a login, as plain calls: peek before checking the password,
+// spend when it was wrong, clear the account's key when it was right. The counters live in
+// postguard's tables (db.Tables) on the app's own database; here a SQLite file, PostgreSQL the
+// same through postgres.NewEngineFromPool.
+func ExampleLimiter_Clear() {
+	ctx := context.Background()
+	dir, err := os.MkdirTemp("", "abuse-example")
+	if err != nil {
+		panic(err)
+	}
+	defer os.RemoveAll(dir)
+	quiet := slog.New(slog.DiscardHandler)
+	engine, err := sqlite.NewEngine(ctx, filepath.Join(dir, "app.db"), &sqlite.Config{Logger: quiet})
+	if err != nil {
+		panic(err)
+	}
+	tables := db.NewTables(engine, &db.TablesConfig{Logger: quiet})
+	defer tables.Close()
+	if err := tables.MigrateTables(ctx); err != nil {
+		panic(err)
+	}
+
+	rules, err := abuse.Rules{}.WithEnviron([]string{"RATE_LIMIT_LOGIN_IP=20/15m", "RATE_LIMIT_LOGIN_KEY=3/15m"})
+	if err != nil {
+		panic(err)
+	}
+	now := func() time.Time { return time.Date(2026, 3, 1, 10, 5, 0, 0, time.UTC) }
+	limiter := abuse.NewLimiter(tables, []byte("the app's secret of 32 bytes, at least"), rules, &abuse.LimiterConfig{NowFunc: now})
+
+	attempt := func(password string) {
+		subject := abuse.Subject{IP: netip.MustParseAddr("198.51.100.7"), Key: "account-42"}
+		d, err := limiter.Peek(ctx, "login", subject)
+		if err != nil {
+			panic(err)
+		}
+		if !d.Allowed {
+			fmt.Printf("%s: refused by %s, retry in %ds\n", password, d.Rule.PolicyName(), d.RetryAfterSeconds())
+			return
+		}
+		if password != "correct horse" {
+			d, err := limiter.Allow(ctx, "login", subject)
+			if err != nil {
+				panic(err)
+			}
+			fmt.Printf("%s: wrong, %d tries left\n", password, d.Remaining)
+			return
+		}
+		if err := limiter.Clear(ctx, "login", abuse.Subject{Key: subject.Key}); err != nil {
+			panic(err)
+		}
+		fmt.Printf("%s: logged in\n", password)
+	}
+	attempt("guess")
+	attempt("correct horse")
+	for range 4 {
+		attempt("guess")
+	}
+	attempt("correct horse")
+	// Output:
+	// guess: wrong, 2 tries left
+	// correct horse: logged in
+	// guess: wrong, 2 tries left
+	// guess: wrong, 1 tries left
+	// guess: wrong, 0 tries left
+	// guess: refused by login-key, retry in 600s
+	// correct horse: refused by login-key, retry in 600s
+}
 
 func ExampleParseLimit() {
 	limit, window, err := abuse.ParseLimit("5/15m")
