@@ -52,6 +52,7 @@ func TestAPI_LimitsExactAcrossProcesses(t *testing.T) {
 	first := startProcess(t, "api", maps.Clone(env))
 	second := startProcess(t, "api", maps.Clone(env))
 	processes := []*process{first, second}
+	require.Contains(t, first.Logs.String(), `"custom_rate_limit_actions":"login"`, "the start line names the custom actions")
 
 	client := &http.Client{Timeout: time.Minute}
 	spend := func(baseURL, body string) (int, string, error) {
