@@ -73,9 +73,11 @@ type emailSpec struct {
 	ttl     time.Duration
 	// skip says why user gets no mail of this kind, or "" to send it; nil sends to every user.
 	skip func(user *db.User) string
-	// render builds the mail to user, with token (the link's, "" without a purpose). Its
-	// IdempotencyKey and Kind are the mailer's to set.
-	render func(links *linkBuilder, user *db.User, token string) (*mail.Message, error)
+	// kind is the mail's templates.
+	kind mail.Kind
+	// data is what the mail to user says, with token (the link's, "" without a purpose), and the
+	// headers it carries besides.
+	data func(links *linkBuilder, user *db.User, token string) (*mail.Data, map[string]string)
 }
 
 // emailWorker is the River worker of one email kind, T its args.
@@ -118,6 +120,7 @@ type mailer struct {
 	metrics    *metrics
 	nowFunc    func() time.Time
 	pacer      *pacer
+	renderer   *mail.Renderer
 	sealer     *tokens.Sealer
 	sender     mail.Sender
 	store      db.Store
@@ -204,7 +207,7 @@ func (m *mailer) deliver(a *attempt, userID int64, spec *emailSpec) error {
 	if dl.accepted {
 		return &skipped{reason: "the provider accepted this job's email in an earlier attempt; not sending again"}
 	}
-	msg, err := spec.render(m.links, user, dl.token)
+	msg, err := m.render(spec, user, dl.token, "")
 	if err != nil {
 		return fmt.Errorf("error rendering %s: %w", a.job.Kind, err)
 	}
@@ -220,6 +223,23 @@ func (m *mailer) deliver(a *attempt, userID int64, spec *emailSpec) error {
 	// Should this fail, the provider has the mail: the next attempt sends the same bytes under
 	// the same key, which the provider answers without delivering again, and records it then.
 	return m.markAccepted(a, providerID, spec.purpose)
+}
+
+// render builds the job's message to user in locale (see mail.Renderer.Match), with token. Its
+// IdempotencyKey and Kind are the caller's to set.
+func (m *mailer) render(spec *emailSpec, user *db.User, token, locale string) (*mail.Message, error) {
+	data, headers := spec.data(m.links, user, token)
+	rendered, err := m.renderer.Render(spec.kind, locale, data)
+	if err != nil {
+		return nil, err
+	}
+	return &mail.Message{
+		To:      user.Email,
+		Subject: rendered.Subject,
+		HTML:    rendered.HTML,
+		Text:    rendered.Text,
+		Headers: headers,
+	}, nil
 }
 
 // delivery is what every attempt of one email job sends under: its idempotency key and, for

@@ -33,8 +33,11 @@ func TestLogSender_Send(t *testing.T) {
 
 		bundle := setup(t)
 
-		_, _, text, err := RenderVerification(&VerificationData{Name: "Ada", VerifyURL: "http://localhost:8080/v1/auth/verify-email?token=abc"})
+		renderer, err := NewRenderer(&RendererConfig{AppURL: "http://localhost:8080"})
 		require.NoError(t, err)
+		rendered, err := renderer.Render(KindVerification, "", &Data{Name: "Ada", ActionURL: "http://localhost:8080/v1/auth/verify-email?token=abc"})
+		require.NoError(t, err)
+		text := rendered.Text
 
 		id, err := bundle.sender.Send(t.Context(), &Message{
 			IdempotencyKey: "verification_email:1:2",
@@ -62,7 +65,7 @@ func TestLogSender_Send(t *testing.T) {
 		require.Equal(t, "verification_email", line.Kind)
 		require.Equal(t, "verification_email:1:2", line.IdempotencyKey)
 		require.Equal(t, text, line.Text)
-		require.Equal(t, []string{"http://localhost:8080/v1/auth/verify-email?token=abc"}, line.Links)
+		require.Equal(t, []string{"http://localhost:8080/v1/auth/verify-email?token=abc", "http://localhost:8080"}, line.Links)
 	})
 
 	t.Run("LinksWithoutTrailingPunctuation", func(t *testing.T) {
