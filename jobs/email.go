@@ -306,7 +306,7 @@ func (m *mailer) start(a *attempt, userID int64, spec *emailSpec, now time.Time,
 	}
 	err := m.store.InTx(a.ctx, func(ctx context.Context, tx db.Tx) error {
 		if restart {
-			if err := tx.EmailMessageRekey(ctx, job.ID, dl.key, now); err != nil {
+			if err := tx.EmailMessageRekey(ctx, &db.EmailMessageRekeyParams{JobID: job.ID, IdempotencyKey: dl.key, Now: now}); err != nil {
 				return err
 			}
 		} else if _, err := tx.EmailMessageInsert(ctx, &db.EmailMessageInsertParams{
