@@ -33,6 +33,7 @@ import (
 
 	"github.com/postguard/postguard/api/abuse"
 	"github.com/postguard/postguard/db"
+	"github.com/postguard/postguard/jobs/mail"
 )
 
 // MaxBodyBytes is the largest request body accepted; a larger one is answered 413.
@@ -61,6 +62,10 @@ type Config struct {
 	// own for River UI's cross-site check (behind a proxy that rewrites Host); the HTML pages use
 	// relative form actions so that they work behind any path prefix.
 	AppURL string
+
+	// AppName is the product name (APP_NAME) in the title and heading of the service's HTML
+	// pages. Default mail.DefaultAppName.
+	AppName string
 
 	// Logger receives the access log and error logs; slog.Default() when nil.
 	Logger *slog.Logger
@@ -108,6 +113,7 @@ type server struct {
 	limiter *abuse.Limiter
 	ips     *abuse.IPResolver
 	secret  []byte
+	appName string
 	logger  *slog.Logger
 	now     func() time.Time
 	hasher  PasswordHasher
@@ -254,6 +260,7 @@ func newServer(config *Config) (*server, *gin.Engine, error) {
 		limiter:    config.Limiter,
 		ips:        config.IPResolver,
 		secret:     config.Secret,
+		appName:    cmp.Or(config.AppName, mail.DefaultAppName),
 		logger:     cmp.Or(config.Logger, slog.Default()),
 		now:        config.NowFunc,
 		hasher:     config.PasswordHasher,
