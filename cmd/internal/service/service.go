@@ -93,6 +93,11 @@ func New(ctx context.Context, config *Config, logger *slog.Logger, role Role, op
 	if role.Works() && sender == nil {
 		logger.WarnContext(ctx, "MAILER=none: email jobs stay queued until a mailer is configured; nothing is lost")
 	}
+	if role.Works() && config.Renderer != nil {
+		for _, warning := range config.Renderer.Warnings() {
+			logger.WarnContext(ctx, "MAIL_TEMPLATES_DIR: "+warning)
+		}
+	}
 
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -100,7 +105,7 @@ func New(ctx context.Context, config *Config, logger *slog.Logger, role Role, op
 	s := &Service{Config: config, Logger: logger, Role: role, Registry: registry, Mailer: mailer}
 	secret, err := s.open(ctx, func(store db.Store, secret []byte) (*river.Config, error) {
 		riverConfig, err := jobs.NewRiverConfig(
-			&jobs.Deps{Store: store, Sender: sender, Logger: logger, Registerer: registry},
+			&jobs.Deps{Store: store, Sender: sender, Logger: logger, Registerer: registry, Renderer: config.Renderer},
 			&jobs.Config{
 				Secret:            secret,
 				AppURL:            config.AppURL,
@@ -238,6 +243,7 @@ func (s *Service) handler(secret []byte, opts *Opts) (http.Handler, error) {
 		IPResolver:      abuse.NewIPResolver(config.TrustedProxies).WithHeader(config.ClientIPHeader),
 		Secret:          secret,
 		AppURL:          config.AppURL,
+		AppName:         config.AppName,
 		Logger:          s.Logger,
 		Registerer:      s.Registry,
 		Gatherer:        s.Registry,

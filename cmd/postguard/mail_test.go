@@ -1,0 +1,180 @@
+package main
+
+import (
+	"encoding/json"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/postguard/postguard/cmd/internal/service"
+	"github.com/postguard/postguard/jobs/mail/resendfake"
+)
+
+// frenchMailTemplates is a MAIL_TEMPLATES_DIR with one French mail, the welcome (text and HTML);
+// the rest falls back to the built-in English.
+var frenchMailTemplates = map[string]string{ //nolint:gochecknoglobals // test data
+	"welcome.fr.txt": `{{define "subject"}}Bienvenue sur {{.AppName}}{{end}}
+
+{{define "content" -}}
+Bienvenue sur {{.AppName}} ! Votre compte est prêt.
+
+Pour commencer : {{.ActionURL}}
+{{- end}}
+
+{{define "footer" -}}
+Vous ne voulez plus de ces messages ? Désabonnez-vous : {{.UnsubscribeURL}}
+{{- end}}
+`,
+	"welcome.fr.html": `{{define "action_label"}}Commencer{{end}}
+
+{{define "content" -}}
+<p style="margin:0 0 16px;">Bienvenue sur {{.AppName}} ! Votre compte est prêt.</p>
+{{template "button" .}}
+{{- end}}
+
+{{define "footer" -}}
+Vous ne voulez plus de ces messages ? <a href="{{.UnsubscribeURL}}" style="color:#6b7280;">Désabonnez-vous</a>.
+{{- end}}
+`,
+}
+
+// writeMailTemplates writes files (name → text) into a new directory and returns it.
+func writeMailTemplates(t *testing.T, files map[string]string) string {
+	t.Helper()
+
+	dir := t.TempDir()
+	for name, text := range files {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(text), 0o600))
+	}
+	return dir
+}
+
+// TestServe_MailTemplatesStopStart: a template that does not parse, or that names a field
+// templates do not see, stops `postguard serve` before it opens its database, with an error
+// naming the variable and the file.
+func TestServe_MailTemplatesStopStart(t *testing.T) {
+	t.Parallel()
+
+	for _, tt := range []struct {
+		name  string
+		files map[string]string
+		file  string
+		want  string
+	}{
+		{
+			name:  "ParseError",
+			files: map[string]string{"welcome.fr.html": `{{define "content"}}<p>Bonjour {{.Name</p>{{end}}`},
+			file:  "welcome.fr.html",
+			want:  "welcome.fr.html:1: bad character",
+		},
+		{
+			name: "UnknownField",
+			files: map[string]string{"verification.fr.txt": `{{define "subject"}}Confirmez votre adresse{{end}}
+{{define "content"}}Bonjour {{.Prenom}} : {{.ActionURL}}{{end}}
+{{define "footer"}}{{.AppName}}{{end}}`},
+			file: "verification.fr.txt",
+			want: "verification.fr.txt:2:30: unknown field .Prenom",
+		},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+
+			dir := writeMailTemplates(t, tt.files)
+			dbPath := filepath.Join(t.TempDir(), "postguard.db")
+			out, err := runCommand(t, []string{"serve"}, map[string]string{
+				"DATABASE_URL":       "sqlite://" + dbPath,
+				"HTTP_ADDR":          "127.0.0.1:0",
+				"METRICS_ADDR":       "off",
+				"MAIL_TEMPLATES_DIR": dir,
+			})
+			require.Error(t, err, out)
+			require.ErrorContains(t, err, "configuration error")
+			require.ErrorContains(t, err, "invalid MAIL_TEMPLATES_DIR")
+			require.ErrorContains(t, err, filepath.Join(dir, tt.file))
+			require.ErrorContains(t, err, tt.want)
+			require.NoFileExists(t, dbPath, "stopped before opening the database")
+		})
+	}
+}
+
+// sentMail is what the provider received of one mail.
+type sentMail struct {
+	To      []string `json:"to"`
+	Subject string   `json:"subject"`
+	HTML    string   `json:"html"`
+	Text    string   `json:"text"`
+}
+
+// TestServe_FrenchMail: with one French template in MAIL_TEMPLATES_DIR, a user who registers in
+// French, by register's locale or by the browser's Accept-Language, gets a French welcome; the
+// verification mail, which has no French template, and every mail of an English user, are the
+// built-in English ones.
+func TestServe_FrenchMail(t *testing.T) {
+	t.Parallel()
+
+	received := make(chan *resendfake.Request, 16)
+	fake := resendfake.New(t, &resendfake.Config{BeforeAnswerFunc: func(req *resendfake.Request) { received <- req }})
+	env := resendEnv("sqlite://"+filepath.Join(t.TempDir(), "postguard.db"), fake)
+	env["APP_NAME"] = "Acme"
+	env["MAIL_TEMPLATES_DIR"] = writeMailTemplates(t, frenchMailTemplates)
+	server := startServer(t, service.RoleServe, env)
+	require.Contains(t, server.Logs.String(), `mail_locales="[en fr]"`)
+
+	register := func(email, locale, acceptLanguage string) {
+		body := `{"email":"` + email + `","password":"correct horse battery"`
+		if locale != "" {
+			body += `,"locale":"` + locale + `"`
+		}
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, server.URL+"/v1/auth/register", strings.NewReader(body+"}"))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/json")
+		if acceptLanguage != "" {
+			req.Header.Set("Accept-Language", acceptLanguage)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusCreated, resp.StatusCode)
+	}
+	register("amelie@example.fr", "fr", "en-US,en;q=0.9") // the field wins over the header
+	register("bastien@example.ch", "", "fr-CH, fr;q=0.9, en;q=0.8")
+	register("carol@example.com", "", "en-GB,en;q=0.9")
+
+	// Two mails each; the fake hands over each request as it receives it.
+	mails := map[string][]sentMail{}
+	for range 6 {
+		select {
+		case req := <-received:
+			var m sentMail
+			require.NoError(t, json.Unmarshal(req.Body, &m))
+			require.Len(t, m.To, 1)
+			mails[m.To[0]] = append(mails[m.To[0]], m)
+		case <-time.After(30 * time.Second):
+			t.Fatalf("6 mails not sent within 30s; got %v\nlogs:\n%s", mails, server.Logs.String())
+		}
+	}
+	subjects := map[string][]string{}
+	for to, sent := range mails {
+		for _, m := range sent {
+			subjects[to] = append(subjects[to], m.Subject)
+		}
+	}
+	for _, to := range []string{"amelie@example.fr", "bastien@example.ch"} {
+		require.ElementsMatch(t, []string{"Bienvenue sur Acme", "Verify your email address for Acme"}, subjects[to], to)
+		for _, m := range mails[to] {
+			if m.Subject == "Bienvenue sur Acme" {
+				require.Contains(t, m.Text, "Bienvenue sur Acme ! Votre compte est prêt.")
+				require.Contains(t, m.HTML, `<html lang="fr">`)
+				require.Contains(t, m.HTML, ">Commencer</a>")
+				require.Contains(t, m.HTML, "— The Acme team", "the layout falls back to the built-in one")
+			}
+		}
+	}
+	require.ElementsMatch(t, []string{"Welcome to Acme", "Verify your email address for Acme"}, subjects["carol@example.com"])
+	require.NoError(t, server.stop(t))
+}
