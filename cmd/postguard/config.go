@@ -89,6 +89,18 @@ func loadConfig(getenv func(string) string) (*config, error) {
 	return cfg, nil
 }
 
+// loadMailConfig reads only what the mail's templates need (`postguard mail preview`): APP_NAME,
+// APP_URL, MAIL_TEMPLATES_DIR and DEFAULT_LOCALE, checked as a server checks them.
+func loadMailConfig(getenv func(string) string) (*config, error) {
+	p := &envParser{getenv: getenv}
+	cfg := &config{AppURL: p.appURL()}
+	p.mail(cfg)
+	if len(p.errs) > 0 {
+		return nil, errors.Join(p.errs...)
+	}
+	return cfg, nil
+}
+
 // loadDatabaseConfig reads only what `postguard migrate` needs: DATABASE_URL and the log settings.
 func loadDatabaseConfig(getenv func(string) string) (*config, error) {
 	p := &envParser{getenv: getenv}

@@ -178,3 +178,64 @@ func TestServe_FrenchMail(t *testing.T) {
 	require.ElementsMatch(t, []string{"Welcome to Acme", "Verify your email address for Acme"}, subjects["carol@example.com"])
 	require.NoError(t, server.stop(t))
 }
+
+func TestMailPreview_Run(t *testing.T) {
+	t.Parallel()
+
+	t.Run("EveryKindAndLocale", func(t *testing.T) {
+		t.Parallel()
+
+		out := filepath.Join(t.TempDir(), "preview")
+		stdout, err := runCommand(t, []string{"mail", "preview", "--out", out}, map[string]string{
+			"APP_NAME":           "Acme",
+			"APP_URL":            "https://acme.example",
+			"MAIL_TEMPLATES_DIR": writeMailTemplates(t, frenchMailTemplates),
+			// Not needed, not read: a preview opens no database.
+			"DATABASE_URL": "postgres://nowhere.invalid/postguard",
+		})
+		require.NoError(t, err, stdout)
+
+		read := func(name string) string {
+			t.Helper()
+			data, err := os.ReadFile(filepath.Join(out, name))
+			require.NoError(t, err)
+			require.Contains(t, stdout, filepath.Join(out, name), "each file written is listed")
+			return string(data)
+		}
+		for _, locale := range []string{"en", "fr"} {
+			for _, kind := range []string{"welcome", "verification", "password_reset"} {
+				html, text := read(locale+"/"+kind+".html"), read(locale+"/"+kind+".txt")
+				require.Contains(t, html, "https://acme.example", locale+"/"+kind)
+				require.Contains(t, text, "Ada Lovelace", locale+"/"+kind)
+			}
+		}
+		require.Contains(t, read("fr/welcome.txt"), "Bienvenue sur Acme ! Votre compte est prêt.")
+		require.Contains(t, read("fr/welcome.html"), `<html lang="fr">`)
+		require.Contains(t, read("en/welcome.txt"), "Welcome to Acme! Your account is ready.")
+		require.Contains(t, read("fr/verification.txt"), "Please confirm", "no French verification: the built-in one")
+		require.Contains(t, read("en/password_reset.txt"), "https://acme.example/v1/auth/reset-password?token=")
+		index := read("index.html")
+		require.Contains(t, index, "<td>fr</td><td>welcome</td><td>Bienvenue sur Acme</td>")
+		require.Contains(t, index, `<a href="en/password_reset.html">HTML</a>`)
+	})
+
+	t.Run("SameChecksAsServer", func(t *testing.T) {
+		t.Parallel()
+
+		dir := writeMailTemplates(t, map[string]string{"welcome.txt": `{{define "subject"}}{{.Bogus}}{{end}}`})
+		_, err := runCommand(t, []string{"mail", "preview", "--out", t.TempDir()}, map[string]string{"MAIL_TEMPLATES_DIR": dir, "APP_NAME": "\x07"})
+		require.ErrorContains(t, err, "invalid APP_NAME")
+		_, err = runCommand(t, []string{"mail", "preview", "--out", t.TempDir()}, map[string]string{"MAIL_TEMPLATES_DIR": dir})
+		require.ErrorContains(t, err, filepath.Join(dir, "welcome.txt")+":1:22: unknown field .Bogus")
+	})
+
+	t.Run("Usage", func(t *testing.T) {
+		t.Parallel()
+
+		for _, args := range [][]string{{"mail"}, {"mail", "send"}, {"mail", "preview"}, {"mail", "preview", "--out"}, {"mail", "preview", "--out", "x", "y"}, {"serve", "extra"}} {
+			out, err := runCommand(t, args, nil)
+			require.ErrorIs(t, err, errUsage, "%v", args)
+			require.Contains(t, out, "Usage: postguard", "%v", args)
+		}
+	})
+}
