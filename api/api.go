@@ -84,6 +84,11 @@ type Config struct {
 	RiverUIUsername string
 	RiverUIPassword string
 
+	// DevMail is the log mailer's outbox (MAILER=log). When set, /dev/mail shows its mails as a
+	// person would see them: a development tool, whose pages hold live tokens. nil means not
+	// mounted (404).
+	DevMail *mail.Outbox
+
 	// HashConcurrency bounds concurrent argon2id hashes (each takes 19 MiB), so a burst of
 	// registrations cannot exhaust memory. Default runtime.GOMAXPROCS(0): the CPUs this process may use, a container quota included.
 	HashConcurrency int
@@ -184,6 +189,9 @@ func New(config *Config) (*gin.Engine, error) {
 
 	s.mountHealth(engine)
 	engine.GET("/openapi.yaml", serveOpenAPI)
+	if config.DevMail != nil {
+		s.mountDevMail(engine, config.DevMail)
+	}
 
 	switch {
 	case config.RiverUI != nil && config.RiverUIUsername != "" && config.RiverUIPassword != "":

@@ -239,3 +239,60 @@ func TestMailPreview_Run(t *testing.T) {
 		}
 	})
 }
+
+// TestServe_DevMailOnlyWithLogMailer: /dev/mail exists on `serve` with the log mailer and a
+// loopback APP_URL only. With another mailer it is not mounted; with a public APP_URL neither
+// (it would show reset links to anyone), and the log mailer prints whole mails instead.
+func TestServe_DevMailOnlyWithLogMailer(t *testing.T) {
+	t.Parallel()
+
+	get := func(t *testing.T, url string) int {
+		t.Helper()
+		resp, err := http.Get(url)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	sqliteEnv := func(t *testing.T, env map[string]string) map[string]string {
+		t.Helper()
+		env["DATABASE_URL"] = "sqlite://" + filepath.Join(t.TempDir(), "postguard.db")
+		env["JOB_FETCH_COOLDOWN"], env["JOB_FETCH_POLL_INTERVAL"] = "10ms", "50ms"
+		return env
+	}
+
+	t.Run("LogMailer", func(t *testing.T) {
+		t.Parallel()
+		server := startServer(t, service.RoleServe, sqliteEnv(t, map[string]string{"MAILER": "log"}))
+		require.Equal(t, http.StatusOK, get(t, server.URL+"/dev/mail"))
+		require.NoError(t, server.stop(t))
+	})
+
+	t.Run("NoMailer", func(t *testing.T) {
+		t.Parallel()
+		server := startServer(t, service.RoleServe, sqliteEnv(t, map[string]string{"MAILER": "none"}))
+		require.Equal(t, http.StatusNotFound, get(t, server.URL+"/dev/mail"))
+		require.NoError(t, server.stop(t))
+	})
+
+	t.Run("Resend", func(t *testing.T) {
+		t.Parallel()
+		env := resendEnv("", resendfake.New(t, nil))
+		server := startServer(t, service.RoleServe, sqliteEnv(t, env))
+		require.Equal(t, http.StatusNotFound, get(t, server.URL+"/dev/mail"))
+		require.NoError(t, server.stop(t))
+	})
+
+	t.Run("PublicAppURL", func(t *testing.T) {
+		t.Parallel()
+		server := startServer(t, service.RoleServe, sqliteEnv(t, map[string]string{"MAILER": "log", "APP_URL": "https://auth.example.com"}))
+		require.Equal(t, http.StatusNotFound, get(t, server.URL+"/dev/mail"))
+		require.Contains(t, server.Logs.String(), "/dev/mail is not served: APP_URL is not a loopback address")
+
+		status, body := opsRegister(t, server.URL, "ada@example.com")
+		require.Equal(t, http.StatusCreated, status, body)
+		require.Eventually(t, func() bool {
+			return strings.Contains(server.Logs.String(), "https://auth.example.com/v1/auth/verify-email?token=")
+		}, 20*time.Second, 50*time.Millisecond, "whole mail not printed; logs:\n%s", server.Logs.String())
+		require.NoError(t, server.stop(t))
+	})
+}
