@@ -41,7 +41,7 @@ func TestServe_DevMailBrowser(t *testing.T) {
 		"DATABASE_URL":            "sqlite://" + filepath.Join(t.TempDir(), "postguard.db"),
 		"MAILER":                  "log",
 		"APP_NAME":                "Acme",
-		"MAIL_TEMPLATES_DIR":      writeMailTemplates(t, frenchMailTemplates),
+		"MAIL_TEMPLATES_DIR":      frenchMailTemplates,
 		"JOB_FETCH_COOLDOWN":      "10ms",
 		"JOB_FETCH_POLL_INTERVAL": "50ms",
 	})

@@ -15,33 +15,9 @@ import (
 	"github.com/postguard/postguard/jobs/mail/resendfake"
 )
 
-// frenchMailTemplates is a MAIL_TEMPLATES_DIR with one French mail, the welcome (text and HTML);
-// the rest falls back to the built-in English.
-var frenchMailTemplates = map[string]string{ //nolint:gochecknoglobals // test data
-	"welcome.fr.txt": `{{define "subject"}}Bienvenue sur {{.AppName}}{{end}}
-
-{{define "content" -}}
-Bienvenue sur {{.AppName}} ! Votre compte est prêt.
-
-Pour commencer : {{.ActionURL}}
-{{- end}}
-
-{{define "footer" -}}
-Vous ne voulez plus de ces messages ? Désabonnez-vous : {{.UnsubscribeURL}}
-{{- end}}
-`,
-	"welcome.fr.html": `{{define "action_label"}}Commencer{{end}}
-
-{{define "content" -}}
-<p style="margin:0 0 16px;">Bienvenue sur {{.AppName}} ! Votre compte est prêt.</p>
-{{template "button" .}}
-{{- end}}
-
-{{define "footer" -}}
-Vous ne voulez plus de ces messages ? <a href="{{.UnsubscribeURL}}" style="color:#6b7280;">Désabonnez-vous</a>.
-{{- end}}
-`,
-}
+// frenchMailTemplates is the MAIL_TEMPLATES_DIR of README's worked example, examples/mail: one
+// French mail, the welcome (text and HTML); the rest falls back to the built-in English.
+const frenchMailTemplates = "../../examples/mail"
 
 // writeMailTemplates writes files (name → text) into a new directory and returns it.
 func writeMailTemplates(t *testing.T, files map[string]string) string {
@@ -121,7 +97,7 @@ func TestServe_FrenchMail(t *testing.T) {
 	fake := resendfake.New(t, &resendfake.Config{BeforeAnswerFunc: func(req *resendfake.Request) { received <- req }})
 	env := resendEnv("sqlite://"+filepath.Join(t.TempDir(), "postguard.db"), fake)
 	env["APP_NAME"] = "Acme"
-	env["MAIL_TEMPLATES_DIR"] = writeMailTemplates(t, frenchMailTemplates)
+	env["MAIL_TEMPLATES_DIR"] = frenchMailTemplates
 	server := startServer(t, service.RoleServe, env)
 	require.Contains(t, server.Logs.String(), `mail_locales="[en fr]"`)
 
@@ -189,7 +165,7 @@ func TestMailPreview_Run(t *testing.T) {
 		stdout, err := runCommand(t, []string{"mail", "preview", "--out", out}, map[string]string{
 			"APP_NAME":           "Acme",
 			"APP_URL":            "https://acme.example",
-			"MAIL_TEMPLATES_DIR": writeMailTemplates(t, frenchMailTemplates),
+			"MAIL_TEMPLATES_DIR": frenchMailTemplates,
 			// Not needed, not read: a preview opens no database.
 			"DATABASE_URL": "postgres://nowhere.invalid/postguard",
 		})
