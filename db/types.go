@@ -12,6 +12,9 @@ type User struct {
 	UnsubscribedAt  *time.Time
 	CreatedAt       time.Time
 	UpdatedAt       time.Time
+	// Locale is the user's language, a BCP 47 tag; "" when unknown. Mail goes out in the best
+	// match among the locales that have templates (mail.Renderer.Match).
+	Locale string
 }
 
 // TokenPurpose says what an email token may be used for; a token of one purpose never stands in
@@ -47,6 +50,12 @@ type EmailMessage struct {
 	AcceptedAt *time.Time
 	CreatedAt  time.Time
 	UpdatedAt  time.Time
+	// Locale is the locale the job's mail is rendered in, chosen at its first attempt; "" for a
+	// message of before locales.
+	Locale string
+	// PayloadSHA256 is the SHA-256 of what the job's attempts send under IdempotencyKey (never the
+	// bytes, which hold the link's token); nil for a message of before it was kept.
+	PayloadSHA256 []byte
 }
 
 // EmailToken is a stored link token: never the token itself, only its hash and, while its job may
@@ -71,6 +80,17 @@ type EmailMessageInsertParams struct {
 	UserID         int64
 	IdempotencyKey string
 	Now            time.Time
+	Locale         string
+	PayloadSHA256  []byte
+}
+
+// EmailMessageRekeyParams are a job's new idempotency key and what is sent under it.
+type EmailMessageRekeyParams struct {
+	JobID          int64
+	IdempotencyKey string
+	Locale         string
+	PayloadSHA256  []byte
+	Now            time.Time
 }
 
 // UserInsertParams are the fields of a new user.
@@ -78,6 +98,7 @@ type UserInsertParams struct {
 	Email        string // normalised
 	Name         string
 	PasswordHash string
+	Locale       string // a canonical BCP 47 tag, or ""
 	Now          time.Time
 }
 

@@ -56,6 +56,6 @@ func UserRecipients(q db.Queries) Recipients {
 		if err != nil {
 			return nil, err
 		}
-		return &Recipient{ID: user.ID, Email: user.Email, Name: user.Name, Unsubscribed: user.UnsubscribedAt != nil}, nil
+		return &Recipient{ID: user.ID, Email: user.Email, Name: user.Name, Locale: user.Locale, Unsubscribed: user.UnsubscribedAt != nil}, nil
 	})
 }

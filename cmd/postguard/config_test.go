@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +11,7 @@ import (
 
 	"github.com/postguard/postguard/api/abuse"
 	"github.com/postguard/postguard/cmd/internal/service"
+	"github.com/postguard/postguard/jobs/mail"
 )
 
 // envFunc is env as an environment, in os.Environ's form.
@@ -47,6 +50,27 @@ func TestLoadConfig(t *testing.T) {
 		require.Equal(t, abuse.DefaultRules().All(), cfg.Rules.All())
 		require.Equal(t, "127.0.0.1:9464", cfg.MetricsAddr)
 		require.Equal(t, abuse.HeaderXForwardedFor, cfg.ClientIPHeader)
+		require.Equal(t, "postguard", cfg.AppName)
+		require.Equal(t, "en", cfg.DefaultLocale)
+		require.Empty(t, cfg.MailTemplatesDir)
+		require.NotNil(t, cfg.Renderer)
+		require.Equal(t, []string{"en"}, cfg.Renderer.Locales())
+	})
+
+	t.Run("Mail", func(t *testing.T) {
+		t.Parallel()
+
+		dir := t.TempDir()
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "welcome.de.txt"), []byte(`{{define "subject"}}Willkommen bei {{.AppName}}{{end}}{{define "content"}}Hallo{{end}}{{define "footer"}}{{.UnsubscribeURL}}{{end}}`), 0o600))
+		cfg, err := loadConfig(envFunc(map[string]string{"APP_NAME": " Acme ", "DEFAULT_LOCALE": "en-gb", "MAIL_TEMPLATES_DIR": dir}))
+		require.NoError(t, err)
+		require.Equal(t, "Acme", cfg.AppName)
+		require.Equal(t, "en-GB", cfg.DefaultLocale)
+		require.Equal(t, dir, cfg.MailTemplatesDir)
+		require.Equal(t, []string{"en-GB", "de"}, cfg.Renderer.Locales())
+		got, err := cfg.Renderer.RenderSample(mail.KindWelcome, "de-AT")
+		require.NoError(t, err)
+		require.Equal(t, "Willkommen bei Acme", got.Subject)
 	})
 
 	t.Run("ClientIPHeader", func(t *testing.T) {
@@ -182,6 +206,11 @@ func TestLoadConfig(t *testing.T) {
 		{"MetricsAddr", map[string]string{"METRICS_ADDR": "localhost"}, "METRICS_ADDR"},
 		{"ClientIPHeader", map[string]string{"CLIENT_IP_HEADER": "Forwarded"}, "CLIENT_IP_HEADER"},
 		{"MetricsAddrPort", map[string]string{"METRICS_ADDR": "127.0.0.1:99999"}, "METRICS_ADDR"},
+		{"AppNameBlank", map[string]string{"APP_NAME": "   "}, "APP_NAME"},
+		{"AppNameNewline", map[string]string{"APP_NAME": "Acme\nBcc: x"}, "APP_NAME"},
+		{"AppNameLong", map[string]string{"APP_NAME": strings.Repeat("a", 101)}, "APP_NAME"},
+		{"DefaultLocale", map[string]string{"DEFAULT_LOCALE": "english!"}, "DEFAULT_LOCALE"},
+		{"MailTemplatesDirMissing", map[string]string{"MAIL_TEMPLATES_DIR": "/nonexistent/postguard-mail"}, "MAIL_TEMPLATES_DIR"},
 	} {
 		t.Run("Invalid"+tt.name, func(t *testing.T) {
 			t.Parallel()

@@ -45,7 +45,7 @@ func run(ctx context.Context, environ []string) error {
 	if err != nil {
 		return err
 	}
-	var sender mail.Sender = mail.NewLogSender(logger)
+	var sender mail.Sender = mail.NewLogSender(logger, nil)
 	if key := os.Getenv("RESEND_API_KEY"); key != "" {
 		if sender, err = mail.NewResendSender(&mail.ResendConfig{APIKey: key, From: os.Getenv("RESEND_FROM_EMAIL")}); err != nil {
 			return err

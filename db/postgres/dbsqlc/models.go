@@ -21,6 +21,8 @@ type EmailMessage struct {
 	AcceptedAt     *time.Time
 	CreatedAt      time.Time
 	UpdatedAt      time.Time
+	Locale         string
+	PayloadSHA256  []byte
 }
 
 type EmailToken struct {
@@ -62,4 +64,5 @@ type User struct {
 	UnsubscribedAt  *time.Time
 	CreatedAt       time.Time
 	UpdatedAt       time.Time
+	Locale          string
 }

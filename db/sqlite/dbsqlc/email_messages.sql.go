@@ -34,7 +34,7 @@ func (q *Queries) EmailMessageDeleteBefore(ctx context.Context, db DBTX, arg Ema
 }
 
 const emailMessageGetByJob = `-- name: EmailMessageGetByJob :one
-SELECT job_id, kind, user_id, idempotency_key, key_created_at, status, provider_id, accepted_at, created_at, updated_at
+SELECT job_id, kind, user_id, idempotency_key, key_created_at, status, provider_id, accepted_at, created_at, updated_at, locale, payload_sha256
 FROM email_messages
 WHERE job_id = ?1
 `
@@ -54,6 +54,8 @@ func (q *Queries) EmailMessageGetByJob(ctx context.Context, db DBTX, jobID int64
 		&i.AcceptedAt,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.Locale,
+		&i.PayloadSHA256,
 	)
 	return &i, err
 }
@@ -65,6 +67,8 @@ INSERT INTO email_messages (
     user_id,
     idempotency_key,
     key_created_at,
+    locale,
+    payload_sha256,
     status,
     created_at,
     updated_at
@@ -74,12 +78,14 @@ INSERT INTO email_messages (
     ?3,
     ?4,
     ?5,
+    ?6,
+    ?7,
     'queued',
     ?5,
     ?5
 )
 ON CONFLICT (job_id) DO NOTHING
-RETURNING job_id, kind, user_id, idempotency_key, key_created_at, status, provider_id, accepted_at, created_at, updated_at
+RETURNING job_id, kind, user_id, idempotency_key, key_created_at, status, provider_id, accepted_at, created_at, updated_at, locale, payload_sha256
 `
 
 type EmailMessageInsertParams struct {
@@ -88,6 +94,8 @@ type EmailMessageInsertParams struct {
 	UserID         int64
 	IdempotencyKey string
 	Now            int64
+	Locale         string
+	PayloadSHA256  []byte
 }
 
 // EmailMessageInsert creates the message row of an email job at its first attempt. No row comes
@@ -100,6 +108,8 @@ func (q *Queries) EmailMessageInsert(ctx context.Context, db DBTX, arg EmailMess
 		arg.UserID,
 		arg.IdempotencyKey,
 		arg.Now,
+		arg.Locale,
+		arg.PayloadSHA256,
 	)
 	var i EmailMessage
 	err := row.Scan(
@@ -113,6 +123,8 @@ func (q *Queries) EmailMessageInsert(ctx context.Context, db DBTX, arg EmailMess
 		&i.AcceptedAt,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.Locale,
+		&i.PayloadSHA256,
 	)
 	return &i, err
 }
@@ -146,21 +158,32 @@ const emailMessageRekey = `-- name: EmailMessageRekey :execrows
 UPDATE email_messages
 SET idempotency_key = ?1,
     key_created_at = ?2,
+    locale = ?3,
+    payload_sha256 = ?4,
     updated_at = ?2
-WHERE job_id = ?3
+WHERE job_id = ?5
     AND accepted_at IS NULL
 `
 
 type EmailMessageRekeyParams struct {
 	IdempotencyKey string
 	Now            int64
+	Locale         string
+	PayloadSHA256  []byte
 	JobID          int64
 }
 
-// EmailMessageRekey gives a message the provider has not accepted a new idempotency key, for a
-// job that starts over after its key's life.
+// EmailMessageRekey gives a message the provider has not accepted a new idempotency key, with the
+// locale and payload digest of what is sent under it: for a job that starts over after its key's
+// life, or whose mail renders other bytes than before.
 func (q *Queries) EmailMessageRekey(ctx context.Context, db DBTX, arg EmailMessageRekeyParams) (int64, error) {
-	result, err := db.ExecContext(ctx, emailMessageRekey, arg.IdempotencyKey, arg.Now, arg.JobID)
+	result, err := db.ExecContext(ctx, emailMessageRekey,
+		arg.IdempotencyKey,
+		arg.Now,
+		arg.Locale,
+		arg.PayloadSHA256,
+		arg.JobID,
+	)
 	if err != nil {
 		return 0, err
 	}

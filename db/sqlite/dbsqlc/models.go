@@ -19,6 +19,8 @@ type EmailMessage struct {
 	AcceptedAt     *int64
 	CreatedAt      int64
 	UpdatedAt      int64
+	Locale         string
+	PayloadSHA256  []byte
 }
 
 type EmailToken struct {
@@ -61,4 +63,5 @@ type User struct {
 	UnsubscribedAt  *int64
 	CreatedAt       int64
 	UpdatedAt       int64
+	Locale          string
 }
