@@ -21,6 +21,25 @@ type EmailMessage struct {
 	AcceptedAt     *time.Time
 	CreatedAt      time.Time
 	UpdatedAt      time.Time
+	StatusAt       *time.Time
+	SentAt         *time.Time
+	DeliveredAt    *time.Time
+	DelayedAt      *time.Time
+	BouncedAt      *time.Time
+	ComplainedAt   *time.Time
+	SuppressedAt   *time.Time
+	FailedAt       *time.Time
+	BounceType     *string
+	BounceSubType  *string
+}
+
+type EmailSuppression struct {
+	AddressHash  []byte
+	Reason       string
+	Detail       string
+	EmailID      string
+	SuppressedAt time.Time
+	CreatedAt    time.Time
 }
 
 type EmailToken struct {
@@ -62,4 +81,9 @@ type User struct {
 	UnsubscribedAt  *time.Time
 	CreatedAt       time.Time
 	UpdatedAt       time.Time
+}
+
+type WebhookEvent struct {
+	SvixID     string
+	ReceivedAt time.Time
 }
