@@ -244,6 +244,9 @@ func (s *Service) handler(secret []byte, opts *Opts) (http.Handler, error) {
 		RiverUI:         riverUI,
 		RiverUIUsername: config.RiverUIUsername,
 		RiverUIPassword: config.RiverUIPassword,
+
+		ResendWebhookSecret: config.ResendWebhookSecret,
+		AdminToken:          config.AdminToken,
 	}
 	if opts.APIConfigFunc != nil {
 		opts.APIConfigFunc(apiConfig)
