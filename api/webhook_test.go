@@ -121,7 +121,7 @@ func (b *webhookBundle) suppression(t *testing.T) (*db.EmailSuppression, bool) {
 }
 
 // events reads postguard_email_events_total{type,outcome}.
-func events(t *testing.T, registry *prometheus.Registry, eventType, outcome string) float64 {
+func events(t testing.TB, registry *prometheus.Registry, eventType, outcome string) float64 {
 	t.Helper()
 	families, err := registry.Gather()
 	require.NoError(t, err)
