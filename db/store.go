@@ -57,8 +57,8 @@ type Queries interface {
 	EmailMessageMarkAccepted(ctx context.Context, jobID int64, providerID string, now time.Time) error
 	// EmailMessageDeleteBefore deletes up to max message rows created before before.
 	EmailMessageDeleteBefore(ctx context.Context, before time.Time, max int) (int64, error)
-	// EmailMessageGetByProviderID finds the message the provider gave an id; ErrNotFound when
-	// there is none. In a transaction, the row stays locked until it ends (on PostgreSQL; SQLite's
+	// EmailMessageGetByProviderID finds the message the provider gave an id (the newest, should a
+	// sender have repeated one); ErrNotFound when there is none. In a transaction, the row stays locked until it ends (on PostgreSQL; SQLite's
 	// transactions hold the write lock from their start).
 	EmailMessageGetByProviderID(ctx context.Context, providerID string) (*EmailMessage, error)
 	// EmailMessageSetLifecycle writes a message's status and status times; ErrNotFound when the

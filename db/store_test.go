@@ -549,6 +549,20 @@ func TestStore_EmailMessage(t *testing.T) {
 			require.NoError(t, err)
 		})
 
+		t.Run("ProviderIDsMayRepeat", func(t *testing.T) {
+			t.Parallel()
+
+			// Resend's ids are unique; a sender that repeats one (a no-op sender) still sends.
+			ctx, store := t.Context(), newStore(t)
+			insert(ctx, t, store, 42, "k1", now)
+			insert(ctx, t, store, 43, "k2", now)
+			require.NoError(t, store.EmailMessageMarkAccepted(ctx, 42, "noop", now))
+			require.NoError(t, store.EmailMessageMarkAccepted(ctx, 43, "noop", now))
+			got, err := store.EmailMessageGetByProviderID(ctx, "noop")
+			require.NoError(t, err)
+			require.Equal(t, int64(43), got.JobID, "the newest")
+		})
+
 		t.Run("GetByProviderIDLocksInTx", func(t *testing.T) {
 			t.Parallel()
 

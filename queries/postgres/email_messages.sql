@@ -54,11 +54,14 @@ SET status = CASE WHEN accepted_at IS NULL THEN 'sent' ELSE status END,
 WHERE job_id = @job_id::bigint;
 
 -- name: EmailMessageGetByProviderID :one
--- EmailMessageGetByProviderID finds the message the provider gave an id, locked until the end of
--- the transaction, so that two events of one message apply one after the other.
+-- EmailMessageGetByProviderID finds the message the provider gave an id (the newest, should a
+-- sender have repeated one), locked until the end of the transaction, so that two events of one
+-- message apply one after the other.
 SELECT *
 FROM email_messages
 WHERE provider_id = @provider_id::text
+ORDER BY job_id DESC
+LIMIT 1
 FOR UPDATE;
 
 -- name: EmailMessageSetLifecycle :execrows

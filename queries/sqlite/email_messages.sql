@@ -54,12 +54,14 @@ SET status = CASE WHEN accepted_at IS NULL THEN 'sent' ELSE status END,
 WHERE job_id = @job_id;
 
 -- name: EmailMessageGetByProviderID :one
--- EmailMessageGetByProviderID finds the message the provider gave an id. Two events of one
--- message apply one after the other: the caller's transaction (BEGIN IMMEDIATE) holds the
--- database's write lock.
+-- EmailMessageGetByProviderID finds the message the provider gave an id (the newest, should a
+-- sender have repeated one). Two events of one message apply one after the other: the caller's
+-- transaction (BEGIN IMMEDIATE) holds the database's write lock.
 SELECT *
 FROM email_messages
-WHERE provider_id = @provider_id;
+WHERE provider_id = @provider_id
+ORDER BY job_id DESC
+LIMIT 1;
 
 -- name: EmailMessageSetLifecycle :execrows
 -- EmailMessageSetLifecycle writes a message's status and the times of its statuses, as merged

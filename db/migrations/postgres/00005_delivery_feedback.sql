@@ -23,8 +23,9 @@ ALTER TABLE email_messages
 
 UPDATE email_messages SET sent_at = accepted_at WHERE accepted_at IS NOT NULL;
 
--- Webhook events name the message by Resend's id.
-CREATE UNIQUE INDEX email_messages_provider_id_idx ON email_messages (provider_id);
+-- Webhook events name the message by Resend's id. Not unique: Resend's ids are, but a Sender
+-- that repeats one (a test's, a host app's) must not make sends fail.
+CREATE INDEX email_messages_provider_id_idx ON email_messages (provider_id);
 
 -- The suppression list: no mail goes to these addresses. address_hash is HMAC-SHA-256 under
 -- APP_SECRET of "suppression:v1:" and the normalised address: no address is stored. reason says

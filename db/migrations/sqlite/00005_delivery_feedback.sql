@@ -16,7 +16,7 @@ ALTER TABLE email_messages ADD COLUMN bounce_sub_type TEXT;
 
 UPDATE email_messages SET sent_at = accepted_at WHERE accepted_at IS NOT NULL;
 
-CREATE UNIQUE INDEX email_messages_provider_id_idx ON email_messages (provider_id);
+CREATE INDEX email_messages_provider_id_idx ON email_messages (provider_id);
 
 CREATE TABLE email_suppressions (
     address_hash BLOB PRIMARY KEY,

@@ -74,11 +74,14 @@ const emailMessageGetByProviderID = `-- name: EmailMessageGetByProviderID :one
 SELECT job_id, kind, user_id, idempotency_key, key_created_at, status, provider_id, accepted_at, created_at, updated_at, status_at, sent_at, delivered_at, delayed_at, bounced_at, complained_at, suppressed_at, failed_at, bounce_type, bounce_sub_type
 FROM email_messages
 WHERE provider_id = $1::text
+ORDER BY job_id DESC
+LIMIT 1
 FOR UPDATE
 `
 
-// EmailMessageGetByProviderID finds the message the provider gave an id, locked until the end of
-// the transaction, so that two events of one message apply one after the other.
+// EmailMessageGetByProviderID finds the message the provider gave an id (the newest, should a
+// sender have repeated one), locked until the end of the transaction, so that two events of one
+// message apply one after the other.
 func (q *Queries) EmailMessageGetByProviderID(ctx context.Context, db DBTX, providerID string) (*EmailMessage, error) {
 	row := db.QueryRow(ctx, emailMessageGetByProviderID, providerID)
 	var i EmailMessage
