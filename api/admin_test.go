@@ -121,7 +121,7 @@ func TestAdmin_UserMessages(t *testing.T) {
 				TokenHash: tokens.Hash(rawToken), UserID: bundle.user.ID, Purpose: db.TokenPurposeReset, JobID: 77,
 				Sealed: []byte("sealed"), ExpiresAt: time.Now().Add(time.Hour), Now: time.Now(),
 			}))
-			_, err = store.EmailMessageMarkSuppressed(t.Context(), &db.EmailMessageInsertParams{JobID: 78, Kind: "welcome_email", UserID: bundle.user.ID, IdempotencyKey: tokens.IdempotencyKey("welcome_email", bundle.user.ID), Now: time.Now().Add(2 * time.Second)})
+			_, err = store.EmailMessageMarkSuppressed(t.Context(), &db.EmailMessageMarkSuppressedParams{JobID: 78, Kind: "welcome_email", UserID: bundle.user.ID, IdempotencyKey: tokens.IdempotencyKey("welcome_email", bundle.user.ID), Now: time.Now().Add(2 * time.Second)})
 			require.NoError(t, err)
 
 			require.Equal(t, http.StatusNoContent, bundle.post(t, bundle.event(resendfake.EventDelivered, nil)).Code)

@@ -65,6 +65,10 @@ type Config struct {
 	// relative form actions so that they work behind any path prefix.
 	AppURL string
 
+	// AppName is the product name (APP_NAME) in the title and heading of the service's HTML
+	// pages. Default mail.DefaultAppName.
+	AppName string
+
 	// Logger receives the access log and error logs; slog.Default() when nil.
 	Logger *slog.Logger
 
@@ -81,6 +85,11 @@ type Config struct {
 	RiverUI         http.Handler
 	RiverUIUsername string
 	RiverUIPassword string
+
+	// DevMail is the log mailer's outbox (MAILER=log). When set, /dev/mail shows its mails as a
+	// person would see them: a development tool, whose pages hold live tokens. nil means not
+	// mounted (404).
+	DevMail *mail.Outbox
 
 	// HashConcurrency bounds concurrent argon2id hashes (each takes 19 MiB), so a burst of
 	// registrations cannot exhaust memory. Default runtime.GOMAXPROCS(0): the CPUs this process may use, a container quota included.
@@ -119,6 +128,7 @@ type server struct {
 	limiter *abuse.Limiter
 	ips     *abuse.IPResolver
 	secret  []byte
+	appName string
 	logger  *slog.Logger
 	now     func() time.Time
 	hasher  PasswordHasher
@@ -203,6 +213,9 @@ func New(config *Config) (*gin.Engine, error) {
 
 	s.mountHealth(engine)
 	engine.GET("/openapi.yaml", serveOpenAPI)
+	if config.DevMail != nil {
+		s.mountDevMail(engine, config.DevMail)
+	}
 
 	switch {
 	case config.RiverUI != nil && config.RiverUIUsername != "" && config.RiverUIPassword != "":
@@ -286,6 +299,7 @@ func newServer(config *Config) (*server, *gin.Engine, error) {
 		limiter:    config.Limiter,
 		ips:        config.IPResolver,
 		secret:     config.Secret,
+		appName:    cmp.Or(config.AppName, mail.DefaultAppName),
 		logger:     cmp.Or(config.Logger, slog.Default()),
 		now:        config.NowFunc,
 		hasher:     config.PasswordHasher,

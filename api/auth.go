@@ -28,6 +28,7 @@ type registerRequest struct {
 	Email    string `json:"email"`
 	Password string `json:"password"`
 	Name     string `json:"name"`
+	Locale   string `json:"locale"`
 }
 
 type registerResponse struct {
@@ -49,7 +50,8 @@ var (
 // register creates an account: validate, spend the rate-limit allowance, hash the password
 // (outside any transaction, bounded by the hasher's semaphore), then insert the user and its
 // welcome and verification jobs in one transaction. 201 {"id","email"}; 409 when the email is
-// taken.
+// taken. The user keeps a locale, its mail's language: the body's locale, else the first
+// language of Accept-Language, else none.
 func (s *server) register(c *gin.Context) error {
 	if _, err := bodyKindOf(c, false); err != nil {
 		return err
@@ -62,8 +64,12 @@ func (s *server) register(c *gin.Context) error {
 	email := checkEmail(req.Email, &fieldErrs)
 	checkPassword(req.Password, &fieldErrs)
 	name := checkName(req.Name, &fieldErrs)
+	locale := checkLocale(req.Locale, &fieldErrs)
 	if len(fieldErrs) > 0 {
 		return validationError(fieldErrs)
+	}
+	if locale == "" {
+		locale = acceptLanguageLocale(c.Request)
 	}
 
 	if err := s.allow(c, abuse.ActionRegister, email); err != nil {
@@ -78,7 +84,7 @@ func (s *server) register(c *gin.Context) error {
 	var user *db.User
 	err = s.store.InTx(ctx, func(ctx context.Context, tx db.Tx) error {
 		var err error
-		user, err = tx.UserInsert(ctx, &db.UserInsertParams{Email: email, Name: name, PasswordHash: hash, Now: s.now()})
+		user, err = tx.UserInsert(ctx, &db.UserInsertParams{Email: email, Name: name, PasswordHash: hash, Locale: locale, Now: s.now()})
 		if err != nil {
 			return err
 		}

@@ -60,6 +60,40 @@ func TestServer_Register(t *testing.T) {
 			require.NotEmpty(t, rec.Header().Get("RateLimit"))
 		})
 
+		// The user keeps a locale: the body's (canonical), else the first language of
+		// Accept-Language, else none; a header that does not parse is ignored.
+		t.Run("Locale", func(t *testing.T) {
+			t.Parallel()
+			bundle := setup(t, newStore(t), nil)
+
+			for i, tt := range []struct {
+				name, locale, acceptLanguage, want string
+			}{
+				{"Field", "fr", "", "fr"},
+				{"FieldCanonical", "fr-ca", "", "fr-CA"},
+				{"FieldBeforeHeader", "pt-BR", "fr-CH, fr;q=0.9", "pt-BR"},
+				{"Header", "", "fr-CH, fr;q=0.9, en;q=0.8", "fr-CH"},
+				{"HeaderHighestQ", "", "en;q=0.1, de", "de"},
+				{"HeaderAny", "", "*", ""},
+				{"HeaderMalformed", "", "!!!, ;;q=x", ""},
+				{"None", "", "", ""},
+			} {
+				body := map[string]string{"email": "locale" + itoa(int64(i)) + "@example.com", "password": "correct horse battery"}
+				if tt.locale != "" {
+					body["locale"] = tt.locale
+				}
+				req := jsonRequest(t, "/v1/auth/register", body)
+				if tt.acceptLanguage != "" {
+					req.Header.Set("Accept-Language", tt.acceptLanguage)
+				}
+				rec := serve(t, bundle.router, req)
+				require.Equal(t, http.StatusCreated, rec.Code, "%s: %s", tt.name, rec.Body.String())
+				user, err := bundle.store.UserGetByEmail(t.Context(), body["email"])
+				require.NoError(t, err)
+				require.Equal(t, tt.want, user.Locale, tt.name)
+			}
+		})
+
 		t.Run("DuplicateIsConflict", func(t *testing.T) {
 			t.Parallel()
 			bundle := setup(t, newStore(t), nil)
@@ -179,6 +213,9 @@ func TestServer_BadInput(t *testing.T) {
 		{"ResetMissingToken", "/v1/auth/reset-password", mediaJSON, `{"password":"` + pw + `"}`, 422},
 		{"ResetMalformed", "/v1/auth/reset-password", mediaJSON, `{"token":`, 400},
 		{"UnsubscribeJSON", "/v1/unsubscribe?token=x", mediaJSON, `{}`, 415},
+		{"BadLocale", "/v1/auth/register", mediaJSON, `{"email":"bad21@example.com","password":"` + pw + `","locale":"french!"}`, 422},
+		{"LongLocale", "/v1/auth/register", mediaJSON, `{"email":"bad22@example.com","password":"` + pw + `","locale":"en-` + strings.Repeat("a1b2c3d4-", 8) + `x"}`, 422},
+		{"LocaleNotString", "/v1/auth/register", mediaJSON, `{"email":"bad23@example.com","password":"` + pw + `","locale":["fr"]}`, 400},
 	}
 
 	dbtest.Engines(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
@@ -199,7 +236,7 @@ func TestServer_BadInput(t *testing.T) {
 		// Nothing written, no counter touched.
 		require.Zero(t, bundle.consumer.calls.Load())
 		require.Equal(t, 0, jobCount(t, bundle.store, ""))
-		for i := range 22 {
+		for i := range 24 {
 			_, err := bundle.store.UserGetByEmail(t.Context(), "bad"+itoa(int64(i))+"@example.com")
 			require.ErrorIs(t, err, db.ErrNotFound)
 		}
@@ -214,13 +251,13 @@ func TestServer_ValidationProblemListsFields(t *testing.T) {
 	t.Parallel()
 
 	bundle := newSQLiteBundle(t, nil)
-	rec := serve(t, bundle.router, jsonRequest(t, "/v1/auth/register", `{"email":"nope","password":"short","name":"`+strings.Repeat("n", 201)+`"}`))
+	rec := serve(t, bundle.router, jsonRequest(t, "/v1/auth/register", `{"email":"nope","password":"short","name":"`+strings.Repeat("n", 201)+`","locale":"not a locale"}`))
 	problem := decodeProblem(t, rec, http.StatusUnprocessableEntity)
 	var pointers []string
 	for _, e := range problem["errors"].([]any) {
 		pointers = append(pointers, e.(map[string]any)["pointer"].(string))
 	}
-	require.Equal(t, []string{"#/email", "#/password", "#/name"}, pointers)
+	require.Equal(t, []string{"#/email", "#/password", "#/name", "#/locale"}, pointers)
 }
 
 func TestServer_EmailKeyIsNormalised(t *testing.T) {

@@ -18,6 +18,7 @@ import (
 	"github.com/postguard/postguard/api/abuse"
 	"github.com/postguard/postguard/db"
 	"github.com/postguard/postguard/db/dbtest"
+	"github.com/postguard/postguard/jobs/mail"
 	"github.com/postguard/postguard/jobs/mail/resendfake"
 )
 
@@ -122,8 +123,8 @@ func TestNew_Config(t *testing.T) {
 	}
 }
 
-// ginParam is a path parameter as Gin spells it (/:id); OpenAPI spells it /{id}.
-var ginParam = regexp.MustCompile(`/:([A-Za-z_]+)`)
+// ginParam is a parameter of a Gin route's path, such as :id.
+var ginParam = regexp.MustCompile(`:([A-Za-z_]+)`)
 
 func TestServer_OpenAPI(t *testing.T) {
 	t.Parallel()
@@ -133,6 +134,7 @@ func TestServer_OpenAPI(t *testing.T) {
 		config.RiverUI, config.RiverUIUsername, config.RiverUIPassword = http.NotFoundHandler(), "u", "p"
 		config.ResendWebhookSecret = resendfake.NewWebhookSecret()
 		config.AdminToken = testAdminToken
+		config.DevMail = mail.NewOutbox(0)
 	}})
 
 	t.Run("Served", func(t *testing.T) {
@@ -149,14 +151,14 @@ func TestServer_OpenAPI(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, "3.1.0", doc.OpenAPI)
 
-		// The public router and the metrics listener's together serve what the document
-		// describes.
+		// The public router (River UI and /dev/mail mounted) and the metrics listener's together
+		// serve what the document describes.
 		metrics, err := MetricsRouter(&Config{Logger: slog.New(slog.DiscardHandler)})
 		require.NoError(t, err)
 		var routes, documented []string
 		for _, route := range slices.Concat(bundle.router.Routes(), metrics.Routes()) {
-			path := strings.Replace(route.Path, "/*path", "/{path}", 1) // Gin's wildcard, OpenAPI's parameter
-			path = ginParam.ReplaceAllString(path, "/{$1}")
+			// Gin's parameters (:id) and wildcard (*path) are OpenAPI's templated ones.
+			path := ginParam.ReplaceAllString(strings.Replace(route.Path, "/*path", "/{path}", 1), "{$1}")
 			if route.Method != http.MethodGet && route.Path == "/riverui/*path" {
 				continue // River UI's own API under /riverui/api/, not part of this contract
 			}

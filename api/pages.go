@@ -28,6 +28,8 @@ const (
 
 // pageData fills pagesTemplate.
 type pageData struct {
+	// AppName is APP_NAME, in every page's title and heading; renderPage sets it.
+	AppName     string
 	Form        string
 	Title       string
 	Message     string
@@ -45,6 +47,7 @@ const pageCSP = "default-src 'none'; style-src 'unsafe-inline'; form-action 'sel
 
 // renderPage answers status with the page, which no other page may frame.
 func (s *server) renderPage(c *gin.Context, status int, data *pageData) error {
+	data.AppName = s.appName
 	var buf bytes.Buffer
 	if err := pagesTemplate.Execute(&buf, data); err != nil {
 		return fmt.Errorf("error rendering page: %w", err)

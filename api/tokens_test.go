@@ -354,3 +354,37 @@ func concurrently(t *testing.T, n int, newRequest func() *http.Request, router h
 	wg.Wait()
 	return codes
 }
+
+// TestServer_PagesCarryAppName: every HTML page of the service, forms, results and errors, names
+// the product (APP_NAME) in its title and heading, escaped.
+func TestServer_PagesCarryAppName(t *testing.T) {
+	t.Parallel()
+
+	bundle := setup(t, dbtest.NewSQLite(t), &setupOpts{configFunc: func(config *Config) { config.AppName = "Acme & Co" }})
+	user := insertUser(t, bundle.store, uniqueEmail("brand"), false)
+	raw := tokens.New()
+	insertToken(t, bundle.store, raw, user.ID, db.TokenPurposeVerify, time.Now().Add(time.Hour))
+	unsubscribe := "/v1/unsubscribe?token=" + url.QueryEscape(tokens.Unsubscribe(testSecret, user.ID))
+
+	for _, tt := range []struct {
+		name  string
+		req   *http.Request
+		title string
+	}{
+		{"VerifyPage", httptest.NewRequest(http.MethodGet, "/v1/auth/verify-email?token="+raw, nil), "Confirm your email address"},
+		{"VerifyResult", formRequest("/v1/auth/verify-email", url.Values{"token": {raw}}), "Email address confirmed"},
+		{"VerifyError", formRequest("/v1/auth/verify-email", url.Values{"token": {raw}}), "This link or form does not work"},
+		{"ResetPage", httptest.NewRequest(http.MethodGet, "/v1/auth/reset-password?token="+tokens.New(), nil), "Choose a new password"},
+		{"UnsubscribePage", httptest.NewRequest(http.MethodGet, unsubscribe, nil), "Unsubscribe"},
+	} {
+		rec := serve(t, bundle.router, tt.req)
+		require.Equal(t, "text/html; charset=utf-8", rec.Header().Get("Content-Type"), tt.name)
+		body := rec.Body.String()
+		require.Contains(t, body, "<title>"+tt.title+" · Acme &amp; Co</title>", tt.name)
+		require.Contains(t, body, `<h1><span class="brand">Acme &amp; Co</span> `+tt.title+`</h1>`, tt.name)
+	}
+
+	// Without APP_NAME: postguard.
+	rec := serve(t, newSQLiteBundle(t, nil).router, httptest.NewRequest(http.MethodGet, "/v1/auth/verify-email?token="+raw, nil))
+	require.Contains(t, rec.Body.String(), "<title>Confirm your email address · postguard</title>")
+}

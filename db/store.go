@@ -50,9 +50,9 @@ type Queries interface {
 	EmailMessageInsert(ctx context.Context, params *EmailMessageInsertParams) (*EmailMessage, error)
 	// EmailMessageGetByJob finds a job's message row; ErrNotFound when it has none.
 	EmailMessageGetByJob(ctx context.Context, jobID int64) (*EmailMessage, error)
-	// EmailMessageRekey gives a job's unaccepted message a new idempotency key; ErrNotFound when
-	// there is no such message.
-	EmailMessageRekey(ctx context.Context, jobID int64, idempotencyKey string, now time.Time) error
+	// EmailMessageRekey gives a job's unaccepted message a new idempotency key, with the locale
+	// and payload digest of what is sent under it; ErrNotFound when there is no such message.
+	EmailMessageRekey(ctx context.Context, params *EmailMessageRekeyParams) error
 	// EmailMessageMarkAccepted records that the provider accepted a job's message, with its id.
 	EmailMessageMarkAccepted(ctx context.Context, jobID int64, providerID string, now time.Time) error
 	// EmailMessageDeleteBefore deletes up to max message rows created before before.
@@ -67,7 +67,7 @@ type Queries interface {
 	// EmailMessageMarkSuppressed records that a job's mail is not sent because its address is
 	// suppressed: its message row is created, or turned, suppressed. marked is false, and nothing
 	// changes, when the provider accepted the job's mail already.
-	EmailMessageMarkSuppressed(ctx context.Context, params *EmailMessageInsertParams) (marked bool, err error)
+	EmailMessageMarkSuppressed(ctx context.Context, params *EmailMessageMarkSuppressedParams) (marked bool, err error)
 	// EmailMessageListByUser lists a user's newest max messages, newest first.
 	EmailMessageListByUser(ctx context.Context, userID int64, max int) ([]*EmailMessage, error)
 

@@ -1,6 +1,7 @@
 package db_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -431,6 +432,8 @@ func TestStore_EmailMessage(t *testing.T) {
 				UserID:         7,
 				IdempotencyKey: key,
 				Now:            at,
+				Locale:         "fr",
+				PayloadSHA256:  bytes.Repeat([]byte{1}, 32),
 			})
 			require.NoError(t, err)
 			return message
@@ -454,6 +457,8 @@ func TestStore_EmailMessage(t *testing.T) {
 			requireTimeEqual(t, now, &got.CreatedAt)
 			require.Nil(t, got.ProviderID)
 			require.Nil(t, got.AcceptedAt)
+			require.Equal(t, "fr", got.Locale)
+			require.Equal(t, bytes.Repeat([]byte{1}, 32), got.PayloadSHA256)
 
 			_, err = store.EmailMessageGetByJob(ctx, 43)
 			require.ErrorIs(t, err, db.ErrNotFound)
@@ -678,8 +683,8 @@ func TestStore_EmailMessage(t *testing.T) {
 			t.Parallel()
 
 			ctx, store := t.Context(), newStore(t)
-			params := func(jobID int64, key string, at time.Time) *db.EmailMessageInsertParams {
-				return &db.EmailMessageInsertParams{JobID: jobID, Kind: "password_reset_email", UserID: 7, IdempotencyKey: key, Now: at}
+			params := func(jobID int64, key string, at time.Time) *db.EmailMessageMarkSuppressedParams {
+				return &db.EmailMessageMarkSuppressedParams{JobID: jobID, Kind: "password_reset_email", UserID: 7, IdempotencyKey: key, Now: at}
 			}
 
 			// A job's first attempt: a new row.
@@ -772,17 +777,28 @@ func TestStore_EmailMessage(t *testing.T) {
 			ctx, store := t.Context(), newStore(t)
 			insert(ctx, t, store, 42, "k1", now)
 
-			require.NoError(t, store.EmailMessageRekey(ctx, 42, "k2", now.Add(25*time.Hour)))
+			rekey := func(jobID int64, key string, at time.Time) error {
+				return store.EmailMessageRekey(ctx, &db.EmailMessageRekeyParams{
+					JobID:          jobID,
+					IdempotencyKey: key,
+					Locale:         "pt-BR",
+					PayloadSHA256:  bytes.Repeat([]byte{2}, 32),
+					Now:            at,
+				})
+			}
+			require.NoError(t, rekey(42, "k2", now.Add(25*time.Hour)))
 			got, err := store.EmailMessageGetByJob(ctx, 42)
 			require.NoError(t, err)
 			require.Equal(t, "k2", got.IdempotencyKey)
+			require.Equal(t, "pt-BR", got.Locale)
+			require.Equal(t, bytes.Repeat([]byte{2}, 32), got.PayloadSHA256)
 			requireTimeEqual(t, now.Add(25*time.Hour), &got.KeyCreatedAt)
 			requireTimeEqual(t, now, &got.CreatedAt)
 
 			// An accepted message keeps its key.
 			require.NoError(t, store.EmailMessageMarkAccepted(ctx, 42, "re_1", now))
-			require.ErrorIs(t, store.EmailMessageRekey(ctx, 42, "k3", now), db.ErrNotFound)
-			require.ErrorIs(t, store.EmailMessageRekey(ctx, 43, "k4", now), db.ErrNotFound)
+			require.ErrorIs(t, rekey(42, "k3", now), db.ErrNotFound)
+			require.ErrorIs(t, rekey(43, "k4", now), db.ErrNotFound)
 		})
 
 		t.Run("DeleteBefore", func(t *testing.T) {
@@ -1589,6 +1605,20 @@ func TestStore_User(t *testing.T) {
 			requireTimeEqual(t, now, &bundle.user.CreatedAt)
 			requireTimeEqual(t, now, &bundle.user.UpdatedAt)
 			require.Equal(t, time.UTC, bundle.user.CreatedAt.Location())
+			require.Empty(t, bundle.user.Locale, "no locale given")
+		})
+
+		t.Run("InsertLocale", func(t *testing.T) {
+			t.Parallel()
+
+			ctx, store := t.Context(), newStore(t)
+			inserted, err := store.UserInsert(ctx, &db.UserInsertParams{Email: "amelie@example.fr", PasswordHash: "hash", Locale: "fr-CA", Now: now})
+			require.NoError(t, err)
+			require.Equal(t, "fr-CA", inserted.Locale)
+
+			got, err := store.UserGetByID(ctx, inserted.ID)
+			require.NoError(t, err)
+			require.Equal(t, "fr-CA", got.Locale)
 		})
 
 		t.Run("InsertDuplicate", func(t *testing.T) {

@@ -12,6 +12,9 @@ type User struct {
 	UnsubscribedAt  *time.Time
 	CreatedAt       time.Time
 	UpdatedAt       time.Time
+	// Locale is the user's language, a BCP 47 tag; "" when unknown. Mail goes out in the best
+	// match among the locales that have templates (mail.Renderer.Match).
+	Locale string
 }
 
 // TokenPurpose says what an email token may be used for; a token of one purpose never stands in
@@ -80,6 +83,22 @@ type EmailMessage struct {
 	// General, Transient and MailboxFull…); nil without one.
 	BounceType    *string
 	BounceSubType *string
+	// Locale is the locale the job's mail is rendered in, chosen at its first attempt; "" for a
+	// message of before locales.
+	Locale string
+	// PayloadSHA256 is the SHA-256 of what the job's attempts send under IdempotencyKey (never the
+	// bytes, which hold the link's token); nil for a message of before it was kept.
+	PayloadSHA256 []byte
+}
+
+// EmailMessageMarkSuppressedParams are the fields of a job's message row when its mail is held
+// back because its address is suppressed (nothing rendered, nothing sent).
+type EmailMessageMarkSuppressedParams struct {
+	JobID          int64
+	Kind           string
+	UserID         int64
+	IdempotencyKey string
+	Now            time.Time
 }
 
 // EmailMessageLifecycleParams are a message's status and the times of its statuses, as merged
@@ -156,6 +175,17 @@ type EmailMessageInsertParams struct {
 	UserID         int64
 	IdempotencyKey string
 	Now            time.Time
+	Locale         string
+	PayloadSHA256  []byte
+}
+
+// EmailMessageRekeyParams are a job's new idempotency key and what is sent under it.
+type EmailMessageRekeyParams struct {
+	JobID          int64
+	IdempotencyKey string
+	Locale         string
+	PayloadSHA256  []byte
+	Now            time.Time
 }
 
 // UserInsertParams are the fields of a new user.
@@ -163,6 +193,7 @@ type UserInsertParams struct {
 	Email        string // normalised
 	Name         string
 	PasswordHash string
+	Locale       string // a canonical BCP 47 tag, or ""
 	Now          time.Time
 }
 

@@ -58,6 +58,9 @@ type Deps struct {
 	Logger *slog.Logger
 	// Registerer, when not nil, gets postguard_email_deliveries_total and postguard_jobs.
 	Registerer prometheus.Registerer
+	// Renderer renders the mail (APP_NAME, MAIL_TEMPLATES_DIR, DEFAULT_LOCALE). nil means the
+	// built-in templates, branded postguard, on Config.AppURL.
+	Renderer *mail.Renderer
 }
 
 // Config configures the jobs. Its values are taken as given, checked by the caller (postguard's
@@ -141,6 +144,12 @@ func NewWorkers(deps *Deps, config *Config) (*Workers, error) {
 		return nil, err
 	}
 	logger := cmp.Or(deps.Logger, slog.Default())
+	renderer := deps.Renderer
+	if renderer == nil {
+		if renderer, err = mail.NewRenderer(&mail.RendererConfig{AppURL: config.AppURL}); err != nil {
+			return nil, fmt.Errorf("jobs: the built-in mail renderer: %w", err)
+		}
+	}
 
 	m := &mailer{
 		jobTimeout: config.JobTimeout,
@@ -149,6 +158,7 @@ func NewWorkers(deps *Deps, config *Config) (*Workers, error) {
 		metrics:    metrics,
 		nowFunc:    config.NowFunc,
 		pacer:      newPacer(deps.Store, config.MaxRPS),
+		renderer:   renderer,
 		sealer:     sealer,
 		sender:     deps.Sender,
 		store:      deps.Store,

@@ -1,11 +1,17 @@
 package jobs
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/riverqueue/river"
@@ -73,9 +79,11 @@ type emailSpec struct {
 	ttl     time.Duration
 	// skip says why user gets no mail of this kind, or "" to send it; nil sends to every user.
 	skip func(user *db.User) string
-	// render builds the mail to user, with token (the link's, "" without a purpose). Its
-	// IdempotencyKey and Kind are the mailer's to set.
-	render func(links *linkBuilder, user *db.User, token string) (*mail.Message, error)
+	// kind is the mail's templates.
+	kind mail.Kind
+	// data is what the mail to user says, with token (the link's, "" without a purpose), and the
+	// headers it carries besides.
+	data func(links *linkBuilder, user *db.User, token string) (*mail.Data, map[string]string)
 }
 
 // emailWorker is the River worker of one email kind, T its args.
@@ -118,6 +126,7 @@ type mailer struct {
 	metrics    *metrics
 	nowFunc    func() time.Time
 	pacer      *pacer
+	renderer   *mail.Renderer
 	sealer     *tokens.Sealer
 	sender     mail.Sender
 	store      db.Store
@@ -201,17 +210,14 @@ func (m *mailer) deliver(a *attempt, userID int64, spec *emailSpec) error {
 		return err
 	}
 
-	dl, err := m.prepare(a, user.ID, spec)
+	dl, err := m.prepare(a, user, spec)
 	if err != nil {
 		return err
 	}
 	if dl.accepted {
 		return &skipped{reason: "the provider accepted this job's email in an earlier attempt; not sending again"}
 	}
-	msg, err := spec.render(m.links, user, dl.token)
-	if err != nil {
-		return fmt.Errorf("error rendering %s: %w", a.job.Kind, err)
-	}
+	msg := dl.msg
 	msg.IdempotencyKey, msg.Kind = dl.key, a.job.Kind
 
 	if err := m.pace(a); err != nil {
@@ -226,79 +232,165 @@ func (m *mailer) deliver(a *attempt, userID int64, spec *emailSpec) error {
 	return m.markAccepted(a, providerID, spec.purpose)
 }
 
-// delivery is what every attempt of one email job sends under: its idempotency key and, for
-// verification and reset mail, its link token.
+// render builds the job's message to user in locale (see mail.Renderer.Match), with token. Its
+// IdempotencyKey and Kind are the caller's to set.
+func (m *mailer) render(a *attempt, spec *emailSpec, user *db.User, token, locale string) (*mail.Message, error) {
+	data, headers := spec.data(m.links, user, token)
+	rendered, err := m.renderer.Render(spec.kind, locale, data)
+	if err != nil {
+		return nil, fmt.Errorf("error rendering %s: %w", a.job.Kind, err)
+	}
+	return &mail.Message{
+		To:      user.Email,
+		Subject: rendered.Subject,
+		HTML:    rendered.HTML,
+		Text:    rendered.Text,
+		Headers: headers,
+	}, nil
+}
+
+// payloadDigest is the SHA-256 of what the provider receives of msg under its idempotency key:
+// recipient, subject, bodies and headers, each length-prefixed so no two messages share an
+// encoding. The sender (RESEND_FROM_EMAIL) is the sender's, not the message's, and is not in it.
+func payloadDigest(msg *mail.Message) []byte {
+	h := sha256.New()
+	field := func(s string) {
+		_ = binary.Write(h, binary.BigEndian, uint64(len(s)))
+		_, _ = io.WriteString(h, s)
+	}
+	field(msg.To)
+	field(msg.Subject)
+	field(msg.HTML)
+	field(msg.Text)
+	for _, name := range slices.Sorted(maps.Keys(msg.Headers)) {
+		field(name)
+		field(msg.Headers[name])
+	}
+	return h.Sum(nil)
+}
+
+// delivery is what every attempt of one email job sends: its message (rendered, without its
+// key), under its idempotency key.
 type delivery struct {
-	key   string
-	token string // "" for a mail without a link token
+	key string
+	msg *mail.Message
 	// accepted says the provider accepted the job's mail already (an earlier attempt died before
-	// River heard of it): the job completes without sending.
+	// River heard of it): the job completes without sending, and msg is nil.
 	accepted bool
 }
 
-// prepare returns the job's delivery. The first attempt creates it: the job's message row with a
-// random idempotency key and, for a purpose, a random token stored as its hash and its sealed copy,
-// in one transaction. Later attempts read them back, the token unsealed, so that every attempt
-// sends the same bytes under the same key and the provider delivers the mail once.
+// prepare returns the job's delivery. The first attempt creates it: it chooses the locale (the
+// best match of the user's, mail.Renderer.Match), a random idempotency key and, for a purpose, a
+// random token, renders the mail, and stores the key, the locale and the digest of the mail
+// (payloadDigest) in the job's message row, and the token as its hash and its sealed copy, in one
+// transaction. Later attempts read them back, the token unsealed, and render the mail again in
+// the same locale: rendering is deterministic for a kind, locale, templates and data, so every
+// attempt sends the same bytes under the same key and the provider delivers the mail once.
+//
+// A later attempt whose mail renders other bytes than the digest says (a deploy changed the
+// templates, APP_NAME or APP_URL, or the user's name changed) would be refused by the provider as
+// another payload under a known key (409 invalid_idempotent_request, and the job cancelled, its
+// mail never sent). It sends under a new key instead, with the same token and locale. The price:
+// if an earlier attempt did reach the provider (its answer was lost), the user gets that mail and
+// this one, both with working links.
 //
 // A job whose mail was not accepted starts over, with a new key and a new token, when its key is
 // older than the provider's memory of it (IdempotencyKeyLifetime) or its sealed copy is gone
 // (erased by prune at that age) or does not open (APP_SECRET changed): sending another token
 // under the old key could be refused as another payload, or delivered twice. The old token's life
 // (VerifyTokenTTL, ResetTokenTTL) has passed by then anyway.
-func (m *mailer) prepare(a *attempt, userID int64, spec *emailSpec) (*delivery, error) {
+func (m *mailer) prepare(a *attempt, user *db.User, spec *emailSpec) (*delivery, error) {
 	now := m.nowFunc()
 	message, err := m.store.EmailMessageGetByJob(a.ctx, a.job.ID)
 	switch {
 	case errors.Is(err, db.ErrNotFound):
-		return m.start(a, userID, spec, now, false)
+		return m.start(a, user, spec, now, false)
 	case err != nil:
 		return nil, fmt.Errorf("error getting the job's email message: %w", err)
 	case message.AcceptedAt != nil:
 		return &delivery{key: message.IdempotencyKey, accepted: true}, nil
 	case now.Sub(message.KeyCreatedAt) >= IdempotencyKeyLifetime:
 		a.logger.WarnContext(a.ctx, "the idempotency key outlived the provider's memory of it; starting over with a new key")
-		return m.start(a, userID, spec, now, true)
+		return m.start(a, user, spec, now, true)
 	}
 	a.keyExpires = message.KeyCreatedAt.Add(IdempotencyKeyLifetime)
-	if spec.purpose == "" {
-		return &delivery{key: message.IdempotencyKey}, nil
-	}
 
-	token, err := m.store.EmailTokenGetByJob(a.ctx, a.job.ID)
-	if err != nil && !errors.Is(err, db.ErrNotFound) {
-		return nil, fmt.Errorf("error getting the job's token: %w", err)
-	}
-	if err == nil && token.Sealed != nil {
-		raw, err := m.sealer.Open(token.Sealed, a.job.ID, string(spec.purpose))
-		if err == nil {
-			return &delivery{key: message.IdempotencyKey, token: raw}, nil
+	var raw string
+	if spec.purpose != "" {
+		token, err := m.store.EmailTokenGetByJob(a.ctx, a.job.ID)
+		if err != nil && !errors.Is(err, db.ErrNotFound) {
+			return nil, fmt.Errorf("error getting the job's token: %w", err)
+		}
+		if err == nil && token.Sealed != nil {
+			raw, err = m.sealer.Open(token.Sealed, a.job.ID, string(spec.purpose))
+		}
+		if err != nil || raw == "" {
+			a.logger.WarnContext(a.ctx, "the job's sealed token is gone or does not open; starting over with a new key and token")
+			return m.start(a, user, spec, now, true)
 		}
 	}
-	a.logger.WarnContext(a.ctx, "the job's sealed token is gone or does not open; starting over with a new key and token")
-	return m.start(a, userID, spec, now, true)
+
+	msg, err := m.render(a, spec, user, raw, message.Locale)
+	if err != nil {
+		return nil, err
+	}
+	digest := payloadDigest(msg)
+	if bytes.Equal(digest, message.PayloadSHA256) {
+		return &delivery{key: message.IdempotencyKey, msg: msg}, nil
+	}
+
+	a.logger.WarnContext(a.ctx, "the job's mail renders other bytes than at its first attempt (templates, APP_NAME or APP_URL changed, or the user's name); sending it under a new idempotency key",
+		slog.String("locale", message.Locale))
+	key := tokens.IdempotencyKey(a.job.Kind, user.ID)
+	if err := m.store.EmailMessageRekey(a.ctx, &db.EmailMessageRekeyParams{
+		JobID:          a.job.ID,
+		IdempotencyKey: key,
+		Locale:         message.Locale,
+		PayloadSHA256:  digest,
+		Now:            now,
+	}); err != nil {
+		return nil, fmt.Errorf("error giving the job's email a new key: %w", err)
+	}
+	a.keyExpires = now.Add(IdempotencyKeyLifetime)
+	return &delivery{key: key, msg: msg}, nil
 }
 
-// start creates the job's delivery: a new idempotency key in the job's message row (inserted, or
-// rekeyed when restart is set) and, for a purpose, a new token valid spec.ttl from now, replacing
-// any the job had.
-func (m *mailer) start(a *attempt, userID int64, spec *emailSpec, now time.Time, restart bool) (*delivery, error) {
+// start creates the job's delivery: a locale, a new idempotency key in the job's message row
+// (inserted, or rekeyed when restart is set) and, for a purpose, a new token valid spec.ttl from
+// now, replacing any the job had.
+func (m *mailer) start(a *attempt, user *db.User, spec *emailSpec, now time.Time, restart bool) (*delivery, error) {
 	job := a.job
-	dl := &delivery{key: tokens.IdempotencyKey(job.Kind, userID)}
+	locale := m.renderer.Match(user.Locale)
+	var raw string
 	if spec.purpose != "" {
-		dl.token = tokens.New()
+		raw = tokens.New()
 	}
-	err := m.store.InTx(a.ctx, func(ctx context.Context, tx db.Tx) error {
+	msg, err := m.render(a, spec, user, raw, locale)
+	if err != nil {
+		return nil, err
+	}
+	dl := &delivery{key: tokens.IdempotencyKey(job.Kind, user.ID), msg: msg}
+	digest := payloadDigest(msg)
+
+	err = m.store.InTx(a.ctx, func(ctx context.Context, tx db.Tx) error {
 		if restart {
-			if err := tx.EmailMessageRekey(ctx, job.ID, dl.key, now); err != nil {
+			if err := tx.EmailMessageRekey(ctx, &db.EmailMessageRekeyParams{
+				JobID:          job.ID,
+				IdempotencyKey: dl.key,
+				Locale:         locale,
+				PayloadSHA256:  digest,
+				Now:            now,
+			}); err != nil {
 				return err
 			}
 		} else if _, err := tx.EmailMessageInsert(ctx, &db.EmailMessageInsertParams{
 			JobID:          job.ID,
 			Kind:           job.Kind,
-			UserID:         userID,
+			UserID:         user.ID,
 			IdempotencyKey: dl.key,
 			Now:            now,
+			Locale:         locale,
+			PayloadSHA256:  digest,
 		}); err != nil {
 			return err
 		}
@@ -309,11 +401,11 @@ func (m *mailer) start(a *attempt, userID int64, spec *emailSpec, now time.Time,
 			return err
 		}
 		return tx.EmailTokenInsert(ctx, &db.EmailTokenInsertParams{
-			TokenHash: tokens.Hash(dl.token),
-			UserID:    userID,
+			TokenHash: tokens.Hash(raw),
+			UserID:    user.ID,
 			Purpose:   spec.purpose,
 			JobID:     job.ID,
-			Sealed:    m.sealer.Seal(dl.token, job.ID, string(spec.purpose)),
+			Sealed:    m.sealer.Seal(raw, job.ID, string(spec.purpose)),
 			ExpiresAt: now.Add(spec.ttl),
 			Now:       now,
 		})

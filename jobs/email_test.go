@@ -3,6 +3,7 @@ package jobs
 import (
 	"context"
 	"errors"
+	"maps"
 	"net/http"
 	"strconv"
 	"strings"
@@ -531,6 +532,114 @@ func TestEmailWorkers_Delivery(t *testing.T) {
 			require.Len(t, bundle.fake.Deliveries(), 1)
 		})
 
+		// The same guarantee for mail in the user's locale, from a templates directory: the
+		// retry renders the same French bytes under the same key.
+		t.Run("RetryInUsersLocaleSendsSameBytes", func(t *testing.T) {
+			t.Parallel()
+
+			bundle := setup(t, newStore, &setupOpts{renderer: newRenderer(t, frenchTemplates)})
+			bundle.fake.Enqueue(resendfake.Response{Status: http.StatusInternalServerError, Deliver: true})
+			user := createUserIn(t, bundle.store, "fr-CA")
+			failed, err := bundle.work(t, VerificationEmailArgs{UserID: user.ID}, nil)
+			require.Error(t, err)
+
+			bundle.clock.advance(time.Minute)
+			completed, err := bundle.workAgain(t, failed.Job)
+			require.NoError(t, err)
+			require.Equal(t, river.EventKindJobCompleted, completed.EventKind)
+
+			requests := bundle.fake.Requests()
+			require.Len(t, requests, 2)
+			require.Equal(t, requests[0].Header.Get("Idempotency-Key"), requests[1].Header.Get("Idempotency-Key"))
+			require.Equal(t, requests[0].Body, requests[1].Body, "byte-identical payloads")
+			deliveries := bundle.fake.Deliveries()
+			require.Len(t, deliveries, 1)
+			require.Equal(t, "Confirmez votre adresse", deliveries[0].Subject)
+			require.Contains(t, deliveries[0].Text, "(valable 24 heures)")
+		})
+
+		// The locale is the job's from its first attempt: templates that would match the user
+		// better, deployed between two attempts, do not change what the retry sends.
+		t.Run("LocaleFixedAtFirstAttempt", func(t *testing.T) {
+			t.Parallel()
+
+			bundle := setup(t, newStore, &setupOpts{renderer: newRenderer(t, frenchTemplates)})
+			bundle.fake.Enqueue(resendfake.Response{Status: http.StatusInternalServerError, Deliver: true})
+			user := createUserIn(t, bundle.store, "fr-CA")
+			failed, err := bundle.work(t, WelcomeEmailArgs{UserID: user.ID}, nil)
+			require.Error(t, err)
+			message, err := bundle.store.EmailMessageGetByJob(t.Context(), failed.Job.ID)
+			require.NoError(t, err)
+			require.Equal(t, "fr", message.Locale)
+
+			canadian := maps.Clone(frenchTemplates)
+			canadian["welcome.fr-CA.txt"] = strings.ReplaceAll(frenchTemplates["welcome.fr.txt"], "Bienvenue", "Bienvenue au Canada")
+			canadian["welcome.fr-CA.html"] = frenchTemplates["welcome.fr.html"]
+			renderer := newRenderer(t, canadian)
+			require.Equal(t, "fr-CA", renderer.Match(user.Locale))
+			bundle.deploy(t, renderer)
+
+			bundle.clock.advance(time.Minute)
+			completed, err := bundle.workAgain(t, failed.Job)
+			require.NoError(t, err)
+			require.Equal(t, river.EventKindJobCompleted, completed.EventKind)
+
+			requests := bundle.fake.Requests()
+			require.Len(t, requests, 2)
+			require.Equal(t, requests[0].Header.Get("Idempotency-Key"), requests[1].Header.Get("Idempotency-Key"))
+			require.Equal(t, requests[0].Body, requests[1].Body, "byte-identical payloads")
+			deliveries := bundle.fake.Deliveries()
+			require.Len(t, deliveries, 1)
+			require.Equal(t, "Bienvenue sur postguard", deliveries[0].Subject)
+		})
+
+		// A deploy that changes the templates between two attempts: the retry renders other
+		// bytes, which the provider would refuse under the first key (409
+		// invalid_idempotent_request, and the job cancelled). It sends them under a new key, with
+		// the same token, and records the new digest.
+		t.Run("TemplatesChangedSendUnderNewKey", func(t *testing.T) {
+			t.Parallel()
+
+			bundle := setup(t, newStore, &setupOpts{renderer: newRenderer(t, frenchTemplates)})
+			bundle.fake.Enqueue(resendfake.Response{Status: http.StatusInternalServerError, Deliver: true})
+			user := createUserIn(t, bundle.store, "fr")
+			failed, err := bundle.work(t, VerificationEmailArgs{UserID: user.ID}, nil)
+			require.Error(t, err)
+			first, err := bundle.store.EmailMessageGetByJob(t.Context(), failed.Job.ID)
+			require.NoError(t, err)
+
+			changed := maps.Clone(frenchTemplates)
+			changed["verification.fr.txt"] = strings.ReplaceAll(frenchTemplates["verification.fr.txt"], "Confirmez votre adresse", "Merci de confirmer votre adresse")
+			bundle.deploy(t, newRenderer(t, changed))
+
+			bundle.clock.advance(time.Minute)
+			completed, err := bundle.workAgain(t, failed.Job)
+			require.NoError(t, err)
+			require.Equal(t, river.EventKindJobCompleted, completed.EventKind)
+
+			requests := bundle.fake.Requests()
+			require.Len(t, requests, 2)
+			firstKey, secondKey := requests[0].Header.Get("Idempotency-Key"), requests[1].Header.Get("Idempotency-Key")
+			require.NotEqual(t, firstKey, secondKey, "a new key for other bytes")
+			require.Regexp(t, keyPattern("verification_email", user.ID), secondKey)
+			link := testAppURL + "/v1/auth/verify-email?token="
+			require.Equal(t, linkToken(t, string(requests[0].Body), link), linkToken(t, string(requests[1].Body), link), "the same token")
+
+			// The first attempt had reached the provider: that mail and this one, both with a
+			// working link.
+			deliveries := bundle.fake.Deliveries()
+			require.Len(t, deliveries, 2)
+			require.Equal(t, "Merci de confirmer votre adresse", deliveries[1].Subject)
+
+			second, err := bundle.store.EmailMessageGetByJob(t.Context(), failed.Job.ID)
+			require.NoError(t, err)
+			require.Equal(t, secondKey, second.IdempotencyKey)
+			require.Equal(t, "fr", second.Locale)
+			require.NotEqual(t, first.PayloadSHA256, second.PayloadSHA256)
+			require.Len(t, second.PayloadSHA256, 32)
+			require.Contains(t, bundle.logs.String(), "renders other bytes than at its first attempt")
+		})
+
 		// A job whose mail the provider accepted in an earlier attempt (its process died before
 		// River recorded the completion, and it was rescued) completes without sending.
 		t.Run("AcceptedEarlierCompletesWithoutSending", func(t *testing.T) {
@@ -562,4 +671,66 @@ func TestEmailWorkers_Delivery(t *testing.T) {
 			require.Equal(t, float64(1), bundle.deliveries(t, "welcome_email", OutcomeSkipped))
 		})
 	})
+}
+
+func TestEmailWorkers_Locale(t *testing.T) {
+	t.Parallel()
+
+	dbtest.Engines(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
+		for _, tt := range []struct {
+			name, userLocale, wantLocale, wantSubject string
+		}{
+			{"French", "fr", "fr", "Bienvenue sur postguard"},
+			{"FrenchRegion", "fr-CA", "fr", "Bienvenue sur postguard"},
+			{"NoTemplates", "de-DE", "en", "Welcome to postguard"},
+			{"Unknown", "", "en", "Welcome to postguard"},
+		} {
+			t.Run(tt.name, func(t *testing.T) {
+				t.Parallel()
+
+				bundle := setup(t, newStore, &setupOpts{renderer: newRenderer(t, frenchTemplates)})
+				user := createUserIn(t, bundle.store, tt.userLocale)
+				res, err := bundle.work(t, WelcomeEmailArgs{UserID: user.ID}, nil)
+				require.NoError(t, err)
+				require.Equal(t, river.EventKindJobCompleted, res.EventKind)
+
+				deliveries := bundle.fake.Deliveries()
+				require.Len(t, deliveries, 1)
+				require.Equal(t, tt.wantSubject, deliveries[0].Subject)
+				require.Contains(t, deliveries[0].HTML, `<html lang="`+tt.wantLocale+`">`)
+
+				// The message row keeps the locale and the digest of what was sent, not the bytes.
+				message, err := bundle.store.EmailMessageGetByJob(t.Context(), res.Job.ID)
+				require.NoError(t, err)
+				require.Equal(t, tt.wantLocale, message.Locale)
+				require.Len(t, message.PayloadSHA256, 32)
+			})
+		}
+	})
+}
+
+func TestPayloadDigest(t *testing.T) {
+	t.Parallel()
+
+	base := &mail.Message{To: "a@example.com", Subject: "s", HTML: "<p>h</p>", Text: "t", Headers: map[string]string{"A": "1", "B": "2"}}
+	digest := payloadDigest(base)
+	require.Len(t, digest, 32)
+
+	same := *base
+	same.Headers = map[string]string{"B": "2", "A": "1"}
+	same.IdempotencyKey, same.Kind = "other key", "other kind" // not sent as payload
+	require.Equal(t, digest, payloadDigest(&same))
+
+	for name, change := range map[string]func(m *mail.Message){
+		"To":       func(m *mail.Message) { m.To = "b@example.com" },
+		"Subject":  func(m *mail.Message) { m.Subject = "S" },
+		"HTML":     func(m *mail.Message) { m.HTML = "<p>H</p>" },
+		"Text":     func(m *mail.Message) { m.Text = "T" },
+		"Header":   func(m *mail.Message) { m.Headers = map[string]string{"A": "1", "B": "3"} },
+		"Boundary": func(m *mail.Message) { m.Subject, m.HTML = "s<p>", "h</p>" },
+	} {
+		other := *base
+		change(&other)
+		require.NotEqual(t, digest, payloadDigest(&other), name)
+	}
 }

@@ -5,6 +5,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"sync"
@@ -82,6 +84,7 @@ func (b *syncBuffer) String() string {
 type testBundle struct {
 	clock       *clock
 	config      *Config
+	deps        *Deps
 	fake        *resendfake.Server
 	logs        *syncBuffer
 	registry    *prometheus.Registry
@@ -97,6 +100,8 @@ type setupOpts struct {
 	fake *resendfake.Config
 	// sender wraps the ResendSender.
 	sender func(inner mail.Sender) mail.Sender
+	// renderer renders the mail; nil for the built-in templates.
+	renderer *mail.Renderer
 }
 
 func setup(t *testing.T, newStore dbtest.NewStoreFunc, opts *setupOpts) *testBundle {
@@ -136,6 +141,7 @@ func setup(t *testing.T, newStore dbtest.NewStoreFunc, opts *setupOpts) *testBun
 	deps := &Deps{
 		Logger:     slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Registerer: prometheus.NewRegistry(),
+		Renderer:   opts.renderer,
 		Sender:     sender,
 		Store:      store,
 	}
@@ -150,6 +156,7 @@ func setup(t *testing.T, newStore dbtest.NewStoreFunc, opts *setupOpts) *testBun
 	return &testBundle{
 		clock:       clock,
 		config:      config,
+		deps:        deps,
 		fake:        fake,
 		logs:        logs,
 		registry:    registry,
@@ -157,6 +164,65 @@ func setup(t *testing.T, newStore dbtest.NewStoreFunc, opts *setupOpts) *testBun
 		store:       store,
 		workers:     workers,
 	}
+}
+
+// deploy replaces the bundle's workers with ones rendering through renderer, as a deploy of other
+// templates would between two attempts of a job.
+func (b *testBundle) deploy(t *testing.T, renderer *mail.Renderer) {
+	t.Helper()
+
+	deps := *b.deps
+	deps.Renderer = renderer
+	deps.Registerer = nil // the first workers' metrics stay registered
+	workers, err := NewWorkers(&deps, b.config)
+	require.NoError(t, err)
+	b.workers = workers
+}
+
+// newRenderer is a renderer on testAppURL whose templates directory holds files (name → text).
+func newRenderer(t *testing.T, files map[string]string) *mail.Renderer {
+	t.Helper()
+
+	dir := t.TempDir()
+	for name, text := range files {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(text), 0o600))
+	}
+	renderer, err := mail.NewRenderer(&mail.RendererConfig{AppURL: testAppURL, TemplatesDir: dir})
+	require.NoError(t, err)
+	return renderer
+}
+
+// frenchTemplates are a French welcome and verification mail, text and HTML, inside the built-in
+// layouts.
+var frenchTemplates = map[string]string{ //nolint:gochecknoglobals // test data
+	"welcome.fr.txt": `{{define "subject"}}Bienvenue sur {{.AppName}}{{end}}
+{{define "content"}}Votre compte est prêt : {{.ActionURL}}{{end}}
+{{define "footer"}}Se désabonner : {{.UnsubscribeURL}}{{end}}`,
+	"welcome.fr.html": `{{define "action_label"}}Commencer{{end}}
+{{define "content"}}<p>Votre compte est prêt.</p>{{template "button" .}}{{end}}
+{{define "footer"}}<a href="{{.UnsubscribeURL}}">Se désabonner</a>{{end}}`,
+	"verification.fr.txt": `{{define "subject"}}Confirmez votre adresse{{end}}
+{{define "content"}}Confirmez votre adresse : {{.ActionURL}} (valable {{.ExpiresIn.Hours}} heures){{end}}
+{{define "footer"}}{{.AppName}}{{end}}`,
+	"verification.fr.html": `{{define "action_label"}}Confirmer{{end}}
+{{define "content"}}<p>Confirmez votre adresse (valable {{.ExpiresIn.Hours}} heures).</p>{{template "button" .}}{{end}}
+{{define "footer"}}{{.AppName}}{{end}}`,
+}
+
+// createUserIn registers a user with a unique email and locale.
+func createUserIn(t *testing.T, store db.Store, locale string) *db.User {
+	t.Helper()
+
+	n := userSeq.Add(1)
+	user, err := store.UserInsert(t.Context(), &db.UserInsertParams{
+		Email:        fmt.Sprintf("user%d@example.fr", n),
+		Name:         fmt.Sprintf("Utilisateur %d", n),
+		PasswordHash: "$argon2id$v=19$m=19456,t=2,p=1$c2FsdA$aGFzaA",
+		Locale:       locale,
+		Now:          time.Now(),
+	})
+	require.NoError(t, err)
+	return user
 }
 
 // work inserts a job of args and works its first attempt. The error is the worker's when it

@@ -33,12 +33,8 @@ type PasswordResetEmailWorker struct {
 var passwordResetEmail = &emailSpec{ //nolint:gochecknoglobals // a constant spec
 	purpose: db.TokenPurposeReset,
 	ttl:     ResetTokenTTL,
-	render: func(links *linkBuilder, user *db.User, token string) (*mail.Message, error) {
-		subject, html, text, err := mail.RenderPasswordReset(&mail.PasswordResetData{
-			Name:      user.Name,
-			ResetURL:  links.resetURL(token),
-			ExpiresIn: ResetTokenTTL,
-		})
-		return &mail.Message{To: user.Email, Subject: subject, HTML: html, Text: text}, err
+	kind:    mail.KindPasswordReset,
+	data: func(links *linkBuilder, user *db.User, token string) (*mail.Data, map[string]string) {
+		return &mail.Data{Name: user.Name, ActionURL: links.resetURL(token), ExpiresIn: ResetTokenTTL}, nil
 	},
 }

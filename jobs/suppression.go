@@ -28,7 +28,7 @@ func (m *mailer) checkSuppression(a *attempt, user *db.User) error {
 	var marked bool
 	err = m.store.InTx(a.ctx, func(ctx context.Context, tx db.Tx) error {
 		var err error
-		marked, err = tx.EmailMessageMarkSuppressed(ctx, &db.EmailMessageInsertParams{
+		marked, err = tx.EmailMessageMarkSuppressed(ctx, &db.EmailMessageMarkSuppressedParams{
 			JobID:  a.job.ID,
 			Kind:   a.job.Kind,
 			UserID: user.ID,

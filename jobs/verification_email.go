@@ -34,13 +34,9 @@ type VerificationEmailWorker struct {
 var verificationEmail = &emailSpec{ //nolint:gochecknoglobals // a constant spec
 	purpose: db.TokenPurposeVerify,
 	ttl:     VerifyTokenTTL,
-	render: func(links *linkBuilder, user *db.User, token string) (*mail.Message, error) {
-		subject, html, text, err := mail.RenderVerification(&mail.VerificationData{
-			Name:      user.Name,
-			VerifyURL: links.verifyURL(token),
-			ExpiresIn: VerifyTokenTTL,
-		})
-		return &mail.Message{To: user.Email, Subject: subject, HTML: html, Text: text}, err
+	kind:    mail.KindVerification,
+	data: func(links *linkBuilder, user *db.User, token string) (*mail.Data, map[string]string) {
+		return &mail.Data{Name: user.Name, ActionURL: links.verifyURL(token), ExpiresIn: VerifyTokenTTL}, nil
 	},
 }
 

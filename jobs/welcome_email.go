@@ -45,22 +45,16 @@ var welcomeEmail = &emailSpec{ //nolint:gochecknoglobals // a constant spec
 		}
 		return ""
 	},
-	render: func(links *linkBuilder, user *db.User, _ string) (*mail.Message, error) {
+	kind: mail.KindWelcome,
+	data: func(links *linkBuilder, user *db.User, _ string) (*mail.Data, map[string]string) {
 		unsubscribeURL := links.unsubscribeURL(user.ID)
-		subject, html, text, err := mail.RenderWelcome(&mail.WelcomeData{
-			Name:           user.Name,
-			AppURL:         links.appURL,
-			UnsubscribeURL: unsubscribeURL,
-		})
-		return &mail.Message{
-			To:      user.Email,
-			Subject: subject,
-			HTML:    html,
-			Text:    text,
-			Headers: map[string]string{
+		return &mail.Data{
+				Name:           user.Name,
+				ActionURL:      links.appURL,
+				UnsubscribeURL: unsubscribeURL,
+			}, map[string]string{
 				"List-Unsubscribe":      "<" + unsubscribeURL + ">",
 				"List-Unsubscribe-Post": "List-Unsubscribe=One-Click",
-			},
-		}, err
+			}
 	},
 }

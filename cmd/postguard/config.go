@@ -8,11 +8,15 @@ import (
 	"net"
 	"net/netip"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/riverqueue/river"
+	"golang.org/x/text/language"
 
 	"github.com/postguard/postguard/api/abuse"
 	"github.com/postguard/postguard/cmd/internal/service"
@@ -61,6 +65,7 @@ func loadConfig(getenv func(string) string) (*config, error) {
 
 	p.databaseURL(cfg)
 	cfg.AppURL = p.appURL()
+	p.mail(cfg)
 	cfg.MetricsAddr = p.metricsAddr()
 	cfg.AppSecret = p.secret(cfg.Engine)
 	cfg.TrustedProxies = p.trustedProxies()
@@ -84,6 +89,18 @@ func loadConfig(getenv func(string) string) (*config, error) {
 		p.fail("RIVERUI_PASSWORD", "RIVERUI_USERNAME and RIVERUI_PASSWORD must be set together (River UI is not mounted when both are unset)")
 	}
 
+	if len(p.errs) > 0 {
+		return nil, errors.Join(p.errs...)
+	}
+	return cfg, nil
+}
+
+// loadMailConfig reads only what the mail's templates need (`postguard mail preview`): APP_NAME,
+// APP_URL, MAIL_TEMPLATES_DIR and DEFAULT_LOCALE, checked as a server checks them.
+func loadMailConfig(getenv func(string) string) (*config, error) {
+	p := &envParser{getenv: getenv}
+	cfg := &config{AppURL: p.appURL()}
+	p.mail(cfg)
 	if len(p.errs) > 0 {
 		return nil, errors.Join(p.errs...)
 	}
@@ -200,6 +217,63 @@ func (p *envParser) metricsAddr() string {
 		return ""
 	}
 	return addr
+}
+
+// maxAppNameLen bounds APP_NAME, in code points: it goes into every subject line.
+const maxAppNameLen = 100
+
+// mail reads APP_NAME, MAIL_TEMPLATES_DIR and DEFAULT_LOCALE, and builds the renderer from them
+// and cfg.AppURL: every template is loaded and rendered with sample data now, so that a template
+// that does not parse or names a field that does not exist stops the process at start, its file
+// named.
+func (p *envParser) mail(cfg *config) {
+	errs := len(p.errs)
+	cfg.AppName = mail.DefaultAppName
+	if raw := p.getenv("APP_NAME"); raw != "" {
+		name := strings.TrimSpace(raw)
+		switch {
+		case name == "":
+			p.fail("APP_NAME", "is blank; unset it for %q, or name the product its mail comes from", mail.DefaultAppName)
+		case !utf8.ValidString(name) || utf8.RuneCountInString(name) > maxAppNameLen:
+			p.fail("APP_NAME", "must be UTF-8 text of at most %d characters", maxAppNameLen)
+		case strings.IndexFunc(name, func(r rune) bool { return unicode.In(r, unicode.Cc, unicode.Cf, unicode.Zl, unicode.Zp) }) >= 0:
+			p.fail("APP_NAME", "may not hold control, format or line-separator characters (it goes into subject lines)")
+		default:
+			cfg.AppName = name
+		}
+	}
+
+	cfg.DefaultLocale = cmp.Or(p.getenv("DEFAULT_LOCALE"), mail.DefaultLocale)
+	if tag, err := language.Parse(cfg.DefaultLocale); err != nil {
+		p.fail("DEFAULT_LOCALE", "%q is not a BCP 47 language tag (examples: en, fr, pt-BR)", cfg.DefaultLocale)
+	} else {
+		cfg.DefaultLocale = tag.String()
+	}
+
+	cfg.MailTemplatesDir = p.getenv("MAIL_TEMPLATES_DIR")
+	if cfg.MailTemplatesDir != "" {
+		if info, err := os.Stat(cfg.MailTemplatesDir); err != nil || !info.IsDir() {
+			p.fail("MAIL_TEMPLATES_DIR", "%q is not a directory one can read", cfg.MailTemplatesDir)
+		}
+	}
+	if len(p.errs) > errs {
+		return // the renderer would only repeat them
+	}
+	renderer, err := mail.NewRenderer(&mail.RendererConfig{
+		AppName:       cfg.AppName,
+		AppURL:        cfg.AppURL,
+		TemplatesDir:  cfg.MailTemplatesDir,
+		DefaultLocale: cfg.DefaultLocale,
+	})
+	if err != nil {
+		name := "MAIL_TEMPLATES_DIR"
+		if cfg.MailTemplatesDir == "" {
+			name = "APP_URL" // the built-in templates fail only on what they are given
+		}
+		p.fail(name, "%v", err)
+		return
+	}
+	cfg.Renderer = renderer
 }
 
 func (p *envParser) secret(engine string) []byte {

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +11,7 @@ import (
 
 	"github.com/postguard/postguard/api/abuse"
 	"github.com/postguard/postguard/cmd/internal/service"
+	"github.com/postguard/postguard/jobs/mail"
 )
 
 func envFunc(env map[string]string) func(string) string {
@@ -44,6 +47,27 @@ func TestLoadConfig(t *testing.T) {
 		require.Equal(t, abuse.HeaderXForwardedFor, cfg.ClientIPHeader)
 		require.Empty(t, cfg.ResendWebhookSecret, "the webhook is not mounted")
 		require.Empty(t, cfg.AdminToken, "the admin API is not mounted")
+		require.Equal(t, "postguard", cfg.AppName)
+		require.Equal(t, "en", cfg.DefaultLocale)
+		require.Empty(t, cfg.MailTemplatesDir)
+		require.NotNil(t, cfg.Renderer)
+		require.Equal(t, []string{"en"}, cfg.Renderer.Locales())
+	})
+
+	t.Run("Mail", func(t *testing.T) {
+		t.Parallel()
+
+		dir := t.TempDir()
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "welcome.de.txt"), []byte(`{{define "subject"}}Willkommen bei {{.AppName}}{{end}}{{define "content"}}Hallo{{end}}{{define "footer"}}{{.UnsubscribeURL}}{{end}}`), 0o600))
+		cfg, err := loadConfig(envFunc(map[string]string{"APP_NAME": " Acme ", "DEFAULT_LOCALE": "en-gb", "MAIL_TEMPLATES_DIR": dir}))
+		require.NoError(t, err)
+		require.Equal(t, "Acme", cfg.AppName)
+		require.Equal(t, "en-GB", cfg.DefaultLocale)
+		require.Equal(t, dir, cfg.MailTemplatesDir)
+		require.Equal(t, []string{"en-GB", "de"}, cfg.Renderer.Locales())
+		got, err := cfg.Renderer.RenderSample(mail.KindWelcome, "de-AT")
+		require.NoError(t, err)
+		require.Equal(t, "Willkommen bei Acme", got.Subject)
 	})
 
 	t.Run("DeliveryFeedback", func(t *testing.T) {
@@ -165,6 +189,11 @@ func TestLoadConfig(t *testing.T) {
 		{"WebhookSecretNotBase64", map[string]string{"RESEND_WEBHOOK_SECRET": "whsec_not base64!"}, "RESEND_WEBHOOK_SECRET"},
 		{"WebhookSecretAPIKey", map[string]string{"RESEND_WEBHOOK_SECRET": "re_123456789"}, "RESEND_WEBHOOK_SECRET"},
 		{"AdminTokenShort", map[string]string{"ADMIN_TOKEN": strings.Repeat("t", 31)}, "ADMIN_TOKEN"},
+		{"AppNameBlank", map[string]string{"APP_NAME": "   "}, "APP_NAME"},
+		{"AppNameNewline", map[string]string{"APP_NAME": "Acme\nBcc: x"}, "APP_NAME"},
+		{"AppNameLong", map[string]string{"APP_NAME": strings.Repeat("a", 101)}, "APP_NAME"},
+		{"DefaultLocale", map[string]string{"DEFAULT_LOCALE": "english!"}, "DEFAULT_LOCALE"},
+		{"MailTemplatesDirMissing", map[string]string{"MAIL_TEMPLATES_DIR": "/nonexistent/postguard-mail"}, "MAIL_TEMPLATES_DIR"},
 	} {
 		t.Run("Invalid"+tt.name, func(t *testing.T) {
 			t.Parallel()

@@ -42,6 +42,8 @@ Commands:
   api       HTTP only: inserts jobs, works none (PostgreSQL)
   worker    workers and periodic jobs; HTTP_ADDR serves /healthz, /readyz, /metrics (PostgreSQL)
   migrate   apply River's migrations and then the app's (idempotent)
+  mail preview --out DIR
+            write every mail kind × locale, HTML and text, rendered with sample data
   version   print the version
 
 Configuration is read from the environment; see README.md.
@@ -50,13 +52,19 @@ Configuration is read from the environment; see README.md.
 // run is main without the process: it takes the command line, the environment and the output
 // streams, so tests can call it.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	if len(args) != 1 {
+	if len(args) == 0 || (len(args) > 1 && args[0] != "mail") {
 		fmt.Fprint(stderr, usage)
 		return errUsage
 	}
 
 	var cmd command
 	switch args[0] {
+	case "mail":
+		preview, err := parseMailCommand(args[1:], stderr)
+		if err != nil {
+			return err
+		}
+		cmd = preview
 	case "serve":
 		cmd = &serverCommand{role: service.RoleServe}
 	case "api":

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -190,11 +191,26 @@ func TestServe_SQLite(t *testing.T) {
 	resp.Body.Close()
 	require.Equal(t, http.StatusCreated, resp.StatusCode, string(body))
 
-	// The log mailer prints both mails of a registration, with their links, to the process log.
+	// The log mailer logs a short line for each mail of a registration, with its /dev/mail link
+	// (on APP_URL, whose default is localhost:8080); /dev/mail shows the mail whole.
+	devMailLink := regexp.MustCompile(`url=http://localhost:8080(/dev/mail/log_[A-Z0-9]+)`)
 	require.Eventually(t, func() bool {
-		logs := server.Logs.String()
-		return strings.Contains(logs, "/v1/auth/verify-email?token=") && strings.Contains(logs, "/v1/unsubscribe?token=")
-	}, 20*time.Second, 50*time.Millisecond, "mail not printed; logs:\n%s", server.Logs.String())
+		return len(devMailLink.FindAllString(server.Logs.String(), -1)) == 2
+	}, 20*time.Second, 50*time.Millisecond, "mail not kept; logs:\n%s", server.Logs.String())
+	logs := server.Logs.String()
+	require.Contains(t, logs, `subject="Verify your email address for postguard"`)
+	require.NotContains(t, logs, "/v1/auth/verify-email?token=", "the log line carries no token")
+	var pages string
+	for _, match := range devMailLink.FindAllStringSubmatch(logs, -1) {
+		resp, err := http.Get(server.URL + match[1])
+		require.NoError(t, err)
+		page, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		pages += string(page)
+	}
+	require.Contains(t, pages, "http://localhost:8080/v1/auth/verify-email?token=")
+	require.Contains(t, pages, "http://localhost:8080/v1/unsubscribe?token=")
 	require.NoError(t, server.stop(t))
 
 	// Data survives a restart: the same email is taken.

@@ -76,6 +76,9 @@ func (c *serverCommand) Run(ctx context.Context, env *commandEnv) error {
 		slog.String("role", string(c.role)), slog.String("engine", svc.Store.Engine()),
 		slog.String("addr", listener.Addr().String()), slog.String("mailer", svc.Mailer),
 	}
+	if c.role.Works() && cfg.Renderer != nil {
+		started = append(started, slog.String("app_name", cfg.AppName), slog.Any("mail_locales", cfg.Renderer.Locales()))
+	}
 	if metricsServer != nil {
 		go func() { serveErr <- metricsServer.Serve(metricsListener) }()
 		started = append(started, slog.String("metrics_addr", metricsListener.Addr().String()))

@@ -74,9 +74,15 @@ func (q *queries) EmailMessageMarkAccepted(ctx context.Context, jobID int64, pro
 }
 
 // EmailMessageRekey implements db.Queries.
-func (q *queries) EmailMessageRekey(ctx context.Context, jobID int64, idempotencyKey string, now time.Time) error {
+func (q *queries) EmailMessageRekey(ctx context.Context, params *db.EmailMessageRekeyParams) error {
 	n, err := run(ctx, q, true, func() (int64, error) {
-		return sqlc.EmailMessageRekey(ctx, q.dbtx, dbsqlc.EmailMessageRekeyParams{IdempotencyKey: idempotencyKey, Now: now, JobID: jobID})
+		return sqlc.EmailMessageRekey(ctx, q.dbtx, dbsqlc.EmailMessageRekeyParams{
+			IdempotencyKey: params.IdempotencyKey,
+			Now:            params.Now,
+			Locale:         params.Locale,
+			PayloadSHA256:  params.PayloadSHA256,
+			JobID:          params.JobID,
+		})
 	})
 	return updated("giving email message a new key", n, err)
 }
@@ -105,7 +111,7 @@ func (q *queries) EmailMessageListByUser(ctx context.Context, userID int64, limi
 }
 
 // EmailMessageMarkSuppressed implements db.Queries. Running it twice leaves the row as once.
-func (q *queries) EmailMessageMarkSuppressed(ctx context.Context, params *db.EmailMessageInsertParams) (bool, error) {
+func (q *queries) EmailMessageMarkSuppressed(ctx context.Context, params *db.EmailMessageMarkSuppressedParams) (bool, error) {
 	n, err := run(ctx, q, true, func() (int64, error) {
 		return sqlc.EmailMessageMarkSuppressed(ctx, q.dbtx, dbsqlc.EmailMessageMarkSuppressedParams(*params))
 	})

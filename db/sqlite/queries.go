@@ -29,6 +29,7 @@ func (q *queries) UserInsert(ctx context.Context, params *db.UserInsertParams) (
 		Email:        params.Email,
 		Name:         params.Name,
 		PasswordHash: params.PasswordHash,
+		Locale:       params.Locale,
 		Now:          us(params.Now),
 	})
 	if errors.Is(err, sql.ErrNoRows) { // ON CONFLICT DO NOTHING
@@ -77,6 +78,7 @@ func user(row *dbsqlc.User, err error, doing string) (*db.User, error) {
 		UnsubscribedAt:  atPtr(row.UnsubscribedAt),
 		CreatedAt:       at(row.CreatedAt),
 		UpdatedAt:       at(row.UpdatedAt),
+		Locale:          row.Locale,
 	}, nil
 }
 
@@ -163,6 +165,8 @@ func (q *queries) EmailMessageInsert(ctx context.Context, params *db.EmailMessag
 		UserID:         params.UserID,
 		IdempotencyKey: params.IdempotencyKey,
 		Now:            us(params.Now),
+		Locale:         params.Locale,
+		PayloadSHA256:  params.PayloadSHA256,
 	})
 	if errors.Is(err, sql.ErrNoRows) { // ON CONFLICT DO NOTHING
 		return nil, fmt.Errorf("error inserting email message of job %d: %w", params.JobID, db.ErrExists)
@@ -177,8 +181,14 @@ func (q *queries) EmailMessageGetByJob(ctx context.Context, jobID int64) (*db.Em
 }
 
 // EmailMessageRekey implements db.Queries.
-func (q *queries) EmailMessageRekey(ctx context.Context, jobID int64, idempotencyKey string, now time.Time) error {
-	return mustUpdate(sqlc.EmailMessageRekey(ctx, q.dbtx, dbsqlc.EmailMessageRekeyParams{JobID: jobID, IdempotencyKey: idempotencyKey, Now: us(now)}))("giving email message a new key")
+func (q *queries) EmailMessageRekey(ctx context.Context, params *db.EmailMessageRekeyParams) error {
+	return mustUpdate(sqlc.EmailMessageRekey(ctx, q.dbtx, dbsqlc.EmailMessageRekeyParams{
+		JobID:          params.JobID,
+		IdempotencyKey: params.IdempotencyKey,
+		Locale:         params.Locale,
+		PayloadSHA256:  params.PayloadSHA256,
+		Now:            us(params.Now),
+	}))("giving email message a new key")
 }
 
 // EmailMessageMarkAccepted implements db.Queries.
@@ -217,7 +227,7 @@ func (q *queries) EmailMessageSetLifecycle(ctx context.Context, params *db.Email
 }
 
 // EmailMessageMarkSuppressed implements db.Queries.
-func (q *queries) EmailMessageMarkSuppressed(ctx context.Context, params *db.EmailMessageInsertParams) (bool, error) {
+func (q *queries) EmailMessageMarkSuppressed(ctx context.Context, params *db.EmailMessageMarkSuppressedParams) (bool, error) {
 	n, err := sqlc.EmailMessageMarkSuppressed(ctx, q.dbtx, dbsqlc.EmailMessageMarkSuppressedParams{
 		JobID:          params.JobID,
 		Kind:           params.Kind,
@@ -266,6 +276,8 @@ func emailMessage(row *dbsqlc.EmailMessage, err error, doing string) (*db.EmailM
 		FailedAt:       atPtr(row.FailedAt),
 		BounceType:     row.BounceType,
 		BounceSubType:  row.BounceSubType,
+		Locale:         row.Locale,
+		PayloadSHA256:  row.PayloadSHA256,
 	}, nil
 }
 

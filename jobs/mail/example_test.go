@@ -9,31 +9,45 @@ import (
 	"github.com/postguard/postguard/jobs/mail/resendfake"
 )
 
-func ExampleRenderWelcome() {
-	subject, _, text, err := mail.RenderWelcome(&mail.WelcomeData{
-		AppURL:         "https://app.example.com",
+func ExampleRenderer() {
+	renderer, err := mail.NewRenderer(&mail.RendererConfig{
+		AppName: "Acme",
+		AppURL:  "https://app.example.com",
+		// TemplatesDir: "/etc/postguard/mail" would replace built-in templates file by file.
+	})
+	if err != nil {
+		log.Fatal(err) // a template that does not parse or names an unknown field
+	}
+
+	welcome, err := renderer.Render(mail.KindWelcome, renderer.Match("fr-CA"), &mail.Data{
 		Name:           "Ada",
+		ActionURL:      "https://app.example.com",
 		UnsubscribeURL: "https://app.example.com/v1/unsubscribe?token=abc",
 	})
 	if err != nil {
 		log.Fatal(err)
 	}
 
-	fmt.Println("Subject:", subject)
-	fmt.Print(text)
+	fmt.Println("Locale:", welcome.Locale) // no French templates: the default locale's
+	fmt.Println("Subject:", welcome.Subject)
+	fmt.Print(welcome.Text)
 	// Output:
-	// Subject: Welcome aboard
+	// Locale: en
+	// Subject: Welcome to Acme
 	// Hi Ada,
 	//
-	// Welcome aboard! Your account is ready.
+	// Welcome to Acme! Your account is ready.
 	//
 	// Get started: https://app.example.com
 	//
 	// We have also sent you a separate email with a link to confirm your address.
 	//
+	// — The Acme team
+	//
 	// --
-	// You are receiving this email because you signed up at https://app.example.com.
+	// You are receiving this email because you signed up for Acme with this address.
 	// Not interested in emails like this one? Unsubscribe: https://app.example.com/v1/unsubscribe?token=abc
+	// Acme · https://app.example.com
 }
 
 func ExampleNewResendSender() {
@@ -53,7 +67,7 @@ func ExampleNewResendSender() {
 
 	msg := &mail.Message{
 		IdempotencyKey: "welcome_email:1:5f2b0c9d4e7a1b3c8d6e0f1a2b3c4d5e",
-		Subject:        "Welcome aboard",
+		Subject:        "Welcome to App",
 		Text:           "Hi Ada",
 		To:             "ada@example.com",
 	}

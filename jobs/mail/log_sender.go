@@ -8,24 +8,57 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 )
 
-// LogSender "delivers" mail by printing it to the process log: recipient,
-// subject, plain-text body and the links it carries. It is the development
-// mailer (MAILER=log): its output holds live tokens, so it logs to the
-// process logger it was given, never through riverlog (whose lines River UI
-// shows). Safe for concurrent use.
+// LogSender "delivers" mail by printing it to the process log. It is the
+// development mailer (MAILER=log): what it shows holds live tokens, so it
+// logs to the process logger it was given, never through riverlog (whose
+// lines River UI shows).
+//
+// With an Outbox it keeps each mail there for /dev/mail and logs one short
+// line: kind, recipient, subject and the mail's /dev/mail link. Without one it
+// logs the recipient, subject, plain-text body and the links it carries. Safe
+// for concurrent use.
 type LogSender struct {
-	logger *slog.Logger
+	logger     *slog.Logger
+	outbox     *Outbox
+	devMailURL string
+	nowFunc    func() time.Time
+}
+
+// LogSenderConfig configures a LogSender. A nil *LogSenderConfig logs whole
+// mails.
+type LogSenderConfig struct {
+	// Outbox, when set, keeps each mail for /dev/mail.
+	Outbox *Outbox
+	// DevMailURL is where /dev/mail is served, e.g. http://localhost:8080/dev/mail:
+	// each log line links to DevMailURL/<id>.
+	DevMailURL string
+	// NowFunc returns the current time, the SentAt of kept mails. Defaults to
+	// time.Now.
+	NowFunc func() time.Time
 }
 
 // NewLogSender returns a LogSender writing to logger at Info level, or to
 // slog.Default() when logger is nil.
-func NewLogSender(logger *slog.Logger) *LogSender {
+func NewLogSender(logger *slog.Logger, config *LogSenderConfig) *LogSender {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	return &LogSender{logger: logger}
+	if config == nil {
+		config = &LogSenderConfig{}
+	}
+	s := &LogSender{
+		logger:     logger,
+		outbox:     config.Outbox,
+		devMailURL: strings.TrimRight(config.DevMailURL, "/"),
+		nowFunc:    config.NowFunc,
+	}
+	if s.nowFunc == nil {
+		s.nowFunc = time.Now
+	}
+	return s
 }
 
 // linkPattern finds http(s) links in a plain-text body.
@@ -51,8 +84,19 @@ func (s *LogSender) Send(ctx context.Context, msg *Message) (string, error) {
 		return "", fmt.Errorf("error sending email: %w: no recipient", ErrInvalidMessage)
 	}
 
-	links := textLinks(msg.Text)
+	id := "log_" + rand.Text()
+	if s.outbox != nil {
+		s.outbox.Add(id, s.nowFunc(), msg)
+		s.logger.InfoContext(ctx, "email kept by the log mailer, not sent: open it at /dev/mail",
+			slog.String("kind", msg.Kind),
+			slog.String("to", msg.To),
+			slog.String("subject", msg.Subject),
+			slog.String("url", s.devMailURL+"/"+id),
+		)
+		return id, nil
+	}
 
+	links := textLinks(msg.Text)
 	s.logger.InfoContext(ctx, "email printed by the log mailer, not sent",
 		slog.String("kind", msg.Kind),
 		slog.String("to", msg.To),
@@ -61,5 +105,5 @@ func (s *LogSender) Send(ctx context.Context, msg *Message) (string, error) {
 		slog.Any("links", links),
 		slog.String("text", msg.Text),
 	)
-	return "log_" + rand.Text(), nil
+	return id, nil
 }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -24,7 +25,7 @@ func TestLogSender_Send(t *testing.T) {
 		var buf bytes.Buffer
 		return &testBundle{
 			buf:    &buf,
-			sender: NewLogSender(slog.New(slog.NewJSONHandler(&buf, nil))),
+			sender: NewLogSender(slog.New(slog.NewJSONHandler(&buf, nil)), nil),
 		}
 	}
 
@@ -33,8 +34,11 @@ func TestLogSender_Send(t *testing.T) {
 
 		bundle := setup(t)
 
-		_, _, text, err := RenderVerification(&VerificationData{Name: "Ada", VerifyURL: "http://localhost:8080/v1/auth/verify-email?token=abc"})
+		renderer, err := NewRenderer(&RendererConfig{AppURL: "http://localhost:8080"})
 		require.NoError(t, err)
+		rendered, err := renderer.Render(KindVerification, "", &Data{Name: "Ada", ActionURL: "http://localhost:8080/v1/auth/verify-email?token=abc"})
+		require.NoError(t, err)
+		text := rendered.Text
 
 		id, err := bundle.sender.Send(t.Context(), &Message{
 			IdempotencyKey: "verification_email:1:2",
@@ -62,7 +66,45 @@ func TestLogSender_Send(t *testing.T) {
 		require.Equal(t, "verification_email", line.Kind)
 		require.Equal(t, "verification_email:1:2", line.IdempotencyKey)
 		require.Equal(t, text, line.Text)
-		require.Equal(t, []string{"http://localhost:8080/v1/auth/verify-email?token=abc"}, line.Links)
+		require.Equal(t, []string{"http://localhost:8080/v1/auth/verify-email?token=abc", "http://localhost:8080"}, line.Links)
+	})
+
+	// With an outbox the mail is kept whole for /dev/mail and the log line is short: no body, no
+	// token, a link to the mail instead.
+	t.Run("KeepsMailForDevMail", func(t *testing.T) {
+		t.Parallel()
+
+		var buf bytes.Buffer
+		outbox := NewOutbox(0)
+		sentAt := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+		sender := NewLogSender(slog.New(slog.NewJSONHandler(&buf, nil)), &LogSenderConfig{
+			Outbox:     outbox,
+			DevMailURL: "http://localhost:8080/dev/mail/",
+			NowFunc:    func() time.Time { return sentAt },
+		})
+		msg := &Message{
+			IdempotencyKey: "welcome_email:1:2",
+			Kind:           "welcome_email",
+			Subject:        "Welcome to Acme",
+			HTML:           "<p>Hi</p>",
+			Text:           "Hi, unsubscribe: http://localhost:8080/v1/unsubscribe?token=1.secret",
+			To:             "ada@example.com",
+			Headers:        map[string]string{"List-Unsubscribe": "<http://localhost:8080/v1/unsubscribe?token=1.secret>"},
+		}
+		id, err := sender.Send(t.Context(), msg)
+		require.NoError(t, err)
+
+		var line map[string]any
+		require.NoError(t, json.Unmarshal(buf.Bytes(), &line))
+		require.Equal(t, "welcome_email", line["kind"])
+		require.Equal(t, "ada@example.com", line["to"])
+		require.Equal(t, "Welcome to Acme", line["subject"])
+		require.Equal(t, "http://localhost:8080/dev/mail/"+id, line["url"])
+		require.NotContains(t, buf.String(), "secret", "the line carries no body and no token")
+
+		kept, ok := outbox.Get(id)
+		require.True(t, ok)
+		require.Equal(t, OutboxMail{ID: id, SentAt: sentAt, Message: *msg}, kept)
 	})
 
 	t.Run("LinksWithoutTrailingPunctuation", func(t *testing.T) {
@@ -86,6 +128,6 @@ func TestLogSender_Send(t *testing.T) {
 	t.Run("NilLoggerUsesDefault", func(t *testing.T) {
 		t.Parallel()
 
-		require.Same(t, slog.Default(), NewLogSender(nil).logger)
+		require.Same(t, slog.Default(), NewLogSender(nil, nil).logger)
 	})
 }

@@ -8,6 +8,8 @@ INSERT INTO email_messages (
     user_id,
     idempotency_key,
     key_created_at,
+    locale,
+    payload_sha256,
     status,
     created_at,
     updated_at
@@ -17,6 +19,8 @@ INSERT INTO email_messages (
     @user_id::bigint,
     @idempotency_key::text,
     @now::timestamptz,
+    @locale::text,
+    @payload_sha256::bytea,
     'queued',
     @now::timestamptz,
     @now::timestamptz
@@ -31,11 +35,14 @@ FROM email_messages
 WHERE job_id = @job_id::bigint;
 
 -- name: EmailMessageRekey :execrows
--- EmailMessageRekey gives a message the provider has not accepted a new idempotency key, for a
--- job that starts over after its key's life.
+-- EmailMessageRekey gives a message the provider has not accepted a new idempotency key, with the
+-- locale and payload digest of what is sent under it: for a job that starts over after its key's
+-- life, or whose mail renders other bytes than before.
 UPDATE email_messages
 SET idempotency_key = @idempotency_key::text,
     key_created_at = @now::timestamptz,
+    locale = @locale::text,
+    payload_sha256 = @payload_sha256::bytea,
     updated_at = @now::timestamptz
 WHERE job_id = @job_id::bigint
     AND accepted_at IS NULL;

@@ -5,12 +5,14 @@ INSERT INTO users (
     email,
     name,
     password_hash,
+    locale,
     created_at,
     updated_at
 ) VALUES (
     @email::text,
     @name::text,
     @password_hash::text,
+    @locale::text,
     @now::timestamptz,
     @now::timestamptz
 )

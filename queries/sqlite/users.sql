@@ -4,12 +4,14 @@ INSERT INTO users (
     email,
     name,
     password_hash,
+    locale,
     created_at,
     updated_at
 ) VALUES (
     @email,
     @name,
     @password_hash,
+    @locale,
     @now,
     @now
 )

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/postguard/postguard/api/abuse"
+	"github.com/postguard/postguard/jobs/mail"
 )
 
 // Engines a DATABASE_URL can select.
@@ -35,6 +36,16 @@ type Config struct {
 
 	HTTPAddr string
 	AppURL   string
+
+	// AppName is APP_NAME: the product name in mail and on the service's pages.
+	AppName string
+	// MailTemplatesDir and DefaultLocale are MAIL_TEMPLATES_DIR and DEFAULT_LOCALE, which
+	// Renderer was built from.
+	MailTemplatesDir string
+	DefaultLocale    string
+	// Renderer renders the mail, built and checked where the configuration is read; nil means
+	// the built-in templates, branded postguard, on AppURL.
+	Renderer *mail.Renderer
 
 	// MetricsAddr is the listener of /metrics for serve and api; "" when METRICS_ADDR is off. A
 	// worker serves /metrics on HTTPAddr.

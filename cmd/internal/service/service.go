@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/netip"
+	"net/url"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -67,6 +70,9 @@ type Service struct {
 	// Mailer names the mailer in use, for the start line: the one Config.Mailer names, or
 	// "custom" for Opts.Sender.
 	Mailer string
+	// DevMail is the log mailer's outbox, which the API serves at /dev/mail: set for `serve` with
+	// MAILER=log on a loopback APP_URL (see DevMailServed), nil otherwise.
+	DevMail *mail.Outbox
 
 	stopUI context.CancelFunc
 }
@@ -84,8 +90,9 @@ func New(ctx context.Context, config *Config, logger *slog.Logger, role Role, op
 	}
 
 	sender, mailer := opts.Sender, "custom"
+	var devMail *mail.Outbox
 	if sender == nil {
-		if sender, err = newSender(config, logger); err != nil {
+		if sender, devMail, err = newSender(config, logger, role); err != nil {
 			return nil, err
 		}
 		mailer = config.Mailer
@@ -93,14 +100,19 @@ func New(ctx context.Context, config *Config, logger *slog.Logger, role Role, op
 	if role.Works() && sender == nil {
 		logger.WarnContext(ctx, "MAILER=none: email jobs stay queued until a mailer is configured; nothing is lost")
 	}
+	if role.Works() && config.Renderer != nil {
+		for _, warning := range config.Renderer.Warnings() {
+			logger.WarnContext(ctx, "MAIL_TEMPLATES_DIR: "+warning)
+		}
+	}
 
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
-	s := &Service{Config: config, Logger: logger, Role: role, Registry: registry, Mailer: mailer}
+	s := &Service{Config: config, Logger: logger, Role: role, Registry: registry, Mailer: mailer, DevMail: devMail}
 	secret, err := s.open(ctx, func(store db.Store, secret []byte) (*river.Config, error) {
 		riverConfig, err := jobs.NewRiverConfig(
-			&jobs.Deps{Store: store, Sender: sender, Logger: logger, Registerer: registry},
+			&jobs.Deps{Store: store, Sender: sender, Logger: logger, Registerer: registry, Renderer: config.Renderer},
 			&jobs.Config{
 				Secret:            secret,
 				AppURL:            config.AppURL,
@@ -238,12 +250,14 @@ func (s *Service) handler(secret []byte, opts *Opts) (http.Handler, error) {
 		IPResolver:      abuse.NewIPResolver(config.TrustedProxies).WithHeader(config.ClientIPHeader),
 		Secret:          secret,
 		AppURL:          config.AppURL,
+		AppName:         config.AppName,
 		Logger:          s.Logger,
 		Registerer:      s.Registry,
 		Gatherer:        s.Registry,
 		RiverUI:         riverUI,
 		RiverUIUsername: config.RiverUIUsername,
 		RiverUIPassword: config.RiverUIPassword,
+		DevMail:         s.DevMail,
 
 		ResendWebhookSecret: config.ResendWebhookSecret,
 		AdminToken:          config.AdminToken,
@@ -278,8 +292,9 @@ func NewHTTPServer(handler http.Handler, logger *slog.Logger) *http.Server {
 	}
 }
 
-// newSender builds the mailer MAILER names; nil for none.
-func newSender(config *Config, logger *slog.Logger) (mail.Sender, error) {
+// newSender builds the mailer MAILER names; nil for none. The log mailer of `serve` keeps its
+// mail in an outbox for /dev/mail when DevMailServed says so.
+func newSender(config *Config, logger *slog.Logger, role Role) (mail.Sender, *mail.Outbox, error) {
 	switch config.Mailer {
 	case MailerResend:
 		sender, err := mail.NewResendSender(&mail.ResendConfig{
@@ -289,12 +304,38 @@ func newSender(config *Config, logger *slog.Logger) (mail.Sender, error) {
 			Timeout: config.JobTimeout,
 		})
 		if err != nil {
-			return nil, fmt.Errorf("error creating Resend sender: %w", err)
+			return nil, nil, fmt.Errorf("error creating Resend sender: %w", err)
 		}
-		return sender, nil
+		return sender, nil, nil
 	case MailerLog:
-		return mail.NewLogSender(logger), nil
+		if role != RoleServe {
+			return mail.NewLogSender(logger, nil), nil, nil
+		}
+		if !DevMailServed(config.AppURL) {
+			logger.Warn("/dev/mail is not served: APP_URL is not a loopback address, and /dev/mail would show every mail's links to whoever asks; the log mailer prints whole mails instead",
+				slog.String("app_url", config.AppURL))
+			return mail.NewLogSender(logger, nil), nil, nil
+		}
+		outbox := mail.NewOutbox(mail.DefaultOutboxSize)
+		return mail.NewLogSender(logger, &mail.LogSenderConfig{Outbox: outbox, DevMailURL: config.AppURL + "/dev/mail"}), outbox, nil
 	default:
-		return nil, nil
+		return nil, nil, nil
 	}
+}
+
+// DevMailServed says whether `serve` with MAILER=log serves /dev/mail for appURL (APP_URL): only
+// when its host is a loopback name or address (localhost, 127.0.0.1, [::1]), the development
+// machine's own. /dev/mail shows every mail with its links, a reset link among them, so a
+// deployment with a public APP_URL never serves it, even when it runs the log mailer.
+func DevMailServed(appURL string) bool {
+	u, err := url.Parse(appURL)
+	if err != nil {
+		return false
+	}
+	host := strings.ToLower(u.Hostname())
+	if host == "localhost" || strings.HasSuffix(host, ".localhost") {
+		return true
+	}
+	addr, err := netip.ParseAddr(host)
+	return err == nil && addr.IsLoopback()
 }

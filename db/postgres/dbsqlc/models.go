@@ -31,6 +31,8 @@ type EmailMessage struct {
 	FailedAt       *time.Time
 	BounceType     *string
 	BounceSubType  *string
+	Locale         string
+	PayloadSHA256  []byte
 }
 
 type EmailSuppression struct {
@@ -81,6 +83,7 @@ type User struct {
 	UnsubscribedAt  *time.Time
 	CreatedAt       time.Time
 	UpdatedAt       time.Time
+	Locale          string
 }
 
 type WebhookEvent struct {

@@ -11,7 +11,7 @@ import (
 )
 
 const userGetByEmail = `-- name: UserGetByEmail :one
-SELECT id, email, name, password_hash, email_verified_at, unsubscribed_at, created_at, updated_at
+SELECT id, email, name, password_hash, email_verified_at, unsubscribed_at, created_at, updated_at, locale
 FROM users
 WHERE email = $1::text
 `
@@ -29,12 +29,13 @@ func (q *Queries) UserGetByEmail(ctx context.Context, db DBTX, email string) (*U
 		&i.UnsubscribedAt,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.Locale,
 	)
 	return &i, err
 }
 
 const userGetByID = `-- name: UserGetByID :one
-SELECT id, email, name, password_hash, email_verified_at, unsubscribed_at, created_at, updated_at
+SELECT id, email, name, password_hash, email_verified_at, unsubscribed_at, created_at, updated_at, locale
 FROM users
 WHERE id = $1::bigint
 `
@@ -52,6 +53,7 @@ func (q *Queries) UserGetByID(ctx context.Context, db DBTX, id int64) (*User, er
 		&i.UnsubscribedAt,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.Locale,
 	)
 	return &i, err
 }
@@ -61,23 +63,26 @@ INSERT INTO users (
     email,
     name,
     password_hash,
+    locale,
     created_at,
     updated_at
 ) VALUES (
     $1::text,
     $2::text,
     $3::text,
-    $4::timestamptz,
-    $4::timestamptz
+    $4::text,
+    $5::timestamptz,
+    $5::timestamptz
 )
 ON CONFLICT (email) DO NOTHING
-RETURNING id, email, name, password_hash, email_verified_at, unsubscribed_at, created_at, updated_at
+RETURNING id, email, name, password_hash, email_verified_at, unsubscribed_at, created_at, updated_at, locale
 `
 
 type UserInsertParams struct {
 	Email        string
 	Name         string
 	PasswordHash string
+	Locale       string
 	Now          time.Time
 }
 
@@ -88,6 +93,7 @@ func (q *Queries) UserInsert(ctx context.Context, db DBTX, arg UserInsertParams)
 		arg.Email,
 		arg.Name,
 		arg.PasswordHash,
+		arg.Locale,
 		arg.Now,
 	)
 	var i User
@@ -100,6 +106,7 @@ func (q *Queries) UserInsert(ctx context.Context, db DBTX, arg UserInsertParams)
 		&i.UnsubscribedAt,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.Locale,
 	)
 	return &i, err
 }

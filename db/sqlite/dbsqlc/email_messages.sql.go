@@ -34,7 +34,7 @@ func (q *Queries) EmailMessageDeleteBefore(ctx context.Context, db DBTX, arg Ema
 }
 
 const emailMessageGetByJob = `-- name: EmailMessageGetByJob :one
-SELECT job_id, kind, user_id, idempotency_key, key_created_at, status, provider_id, accepted_at, created_at, updated_at, status_at, sent_at, delivered_at, delayed_at, bounced_at, complained_at, suppressed_at, failed_at, bounce_type, bounce_sub_type
+SELECT job_id, kind, user_id, idempotency_key, key_created_at, status, provider_id, accepted_at, created_at, updated_at, status_at, sent_at, delivered_at, delayed_at, bounced_at, complained_at, suppressed_at, failed_at, bounce_type, bounce_sub_type, locale, payload_sha256
 FROM email_messages
 WHERE job_id = ?1
 `
@@ -64,12 +64,14 @@ func (q *Queries) EmailMessageGetByJob(ctx context.Context, db DBTX, jobID int64
 		&i.FailedAt,
 		&i.BounceType,
 		&i.BounceSubType,
+		&i.Locale,
+		&i.PayloadSHA256,
 	)
 	return &i, err
 }
 
 const emailMessageGetByProviderID = `-- name: EmailMessageGetByProviderID :one
-SELECT job_id, kind, user_id, idempotency_key, key_created_at, status, provider_id, accepted_at, created_at, updated_at, status_at, sent_at, delivered_at, delayed_at, bounced_at, complained_at, suppressed_at, failed_at, bounce_type, bounce_sub_type
+SELECT job_id, kind, user_id, idempotency_key, key_created_at, status, provider_id, accepted_at, created_at, updated_at, status_at, sent_at, delivered_at, delayed_at, bounced_at, complained_at, suppressed_at, failed_at, bounce_type, bounce_sub_type, locale, payload_sha256
 FROM email_messages
 WHERE provider_id = ?1
 ORDER BY job_id DESC
@@ -103,6 +105,8 @@ func (q *Queries) EmailMessageGetByProviderID(ctx context.Context, db DBTX, prov
 		&i.FailedAt,
 		&i.BounceType,
 		&i.BounceSubType,
+		&i.Locale,
+		&i.PayloadSHA256,
 	)
 	return &i, err
 }
@@ -114,6 +118,8 @@ INSERT INTO email_messages (
     user_id,
     idempotency_key,
     key_created_at,
+    locale,
+    payload_sha256,
     status,
     created_at,
     updated_at
@@ -123,12 +129,14 @@ INSERT INTO email_messages (
     ?3,
     ?4,
     ?5,
+    ?6,
+    ?7,
     'queued',
     ?5,
     ?5
 )
 ON CONFLICT (job_id) DO NOTHING
-RETURNING job_id, kind, user_id, idempotency_key, key_created_at, status, provider_id, accepted_at, created_at, updated_at, status_at, sent_at, delivered_at, delayed_at, bounced_at, complained_at, suppressed_at, failed_at, bounce_type, bounce_sub_type
+RETURNING job_id, kind, user_id, idempotency_key, key_created_at, status, provider_id, accepted_at, created_at, updated_at, status_at, sent_at, delivered_at, delayed_at, bounced_at, complained_at, suppressed_at, failed_at, bounce_type, bounce_sub_type, locale, payload_sha256
 `
 
 type EmailMessageInsertParams struct {
@@ -137,6 +145,8 @@ type EmailMessageInsertParams struct {
 	UserID         int64
 	IdempotencyKey string
 	Now            int64
+	Locale         string
+	PayloadSHA256  []byte
 }
 
 // EmailMessageInsert creates the message row of an email job at its first attempt. No row comes
@@ -149,6 +159,8 @@ func (q *Queries) EmailMessageInsert(ctx context.Context, db DBTX, arg EmailMess
 		arg.UserID,
 		arg.IdempotencyKey,
 		arg.Now,
+		arg.Locale,
+		arg.PayloadSHA256,
 	)
 	var i EmailMessage
 	err := row.Scan(
@@ -172,12 +184,14 @@ func (q *Queries) EmailMessageInsert(ctx context.Context, db DBTX, arg EmailMess
 		&i.FailedAt,
 		&i.BounceType,
 		&i.BounceSubType,
+		&i.Locale,
+		&i.PayloadSHA256,
 	)
 	return &i, err
 }
 
 const emailMessageListByUser = `-- name: EmailMessageListByUser :many
-SELECT job_id, kind, user_id, idempotency_key, key_created_at, status, provider_id, accepted_at, created_at, updated_at, status_at, sent_at, delivered_at, delayed_at, bounced_at, complained_at, suppressed_at, failed_at, bounce_type, bounce_sub_type
+SELECT job_id, kind, user_id, idempotency_key, key_created_at, status, provider_id, accepted_at, created_at, updated_at, status_at, sent_at, delivered_at, delayed_at, bounced_at, complained_at, suppressed_at, failed_at, bounce_type, bounce_sub_type, locale, payload_sha256
 FROM email_messages
 WHERE user_id = ?1
 ORDER BY created_at DESC, job_id DESC
@@ -220,6 +234,8 @@ func (q *Queries) EmailMessageListByUser(ctx context.Context, db DBTX, arg Email
 			&i.FailedAt,
 			&i.BounceType,
 			&i.BounceSubType,
+			&i.Locale,
+			&i.PayloadSHA256,
 		); err != nil {
 			return nil, err
 		}
@@ -321,21 +337,32 @@ const emailMessageRekey = `-- name: EmailMessageRekey :execrows
 UPDATE email_messages
 SET idempotency_key = ?1,
     key_created_at = ?2,
+    locale = ?3,
+    payload_sha256 = ?4,
     updated_at = ?2
-WHERE job_id = ?3
+WHERE job_id = ?5
     AND accepted_at IS NULL
 `
 
 type EmailMessageRekeyParams struct {
 	IdempotencyKey string
 	Now            int64
+	Locale         string
+	PayloadSHA256  []byte
 	JobID          int64
 }
 
-// EmailMessageRekey gives a message the provider has not accepted a new idempotency key, for a
-// job that starts over after its key's life.
+// EmailMessageRekey gives a message the provider has not accepted a new idempotency key, with the
+// locale and payload digest of what is sent under it: for a job that starts over after its key's
+// life, or whose mail renders other bytes than before.
 func (q *Queries) EmailMessageRekey(ctx context.Context, db DBTX, arg EmailMessageRekeyParams) (int64, error) {
-	result, err := db.ExecContext(ctx, emailMessageRekey, arg.IdempotencyKey, arg.Now, arg.JobID)
+	result, err := db.ExecContext(ctx, emailMessageRekey,
+		arg.IdempotencyKey,
+		arg.Now,
+		arg.Locale,
+		arg.PayloadSHA256,
+		arg.JobID,
+	)
 	if err != nil {
 		return 0, err
 	}

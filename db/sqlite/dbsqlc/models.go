@@ -29,6 +29,8 @@ type EmailMessage struct {
 	FailedAt       *int64
 	BounceType     *string
 	BounceSubType  *string
+	Locale         string
+	PayloadSHA256  []byte
 }
 
 type EmailSuppression struct {
@@ -80,6 +82,7 @@ type User struct {
 	UnsubscribedAt  *int64
 	CreatedAt       int64
 	UpdatedAt       int64
+	Locale          string
 }
 
 type WebhookEvent struct {

@@ -10,7 +10,7 @@ import (
 )
 
 const userGetByEmail = `-- name: UserGetByEmail :one
-SELECT id, email, name, password_hash, email_verified_at, unsubscribed_at, created_at, updated_at
+SELECT id, email, name, password_hash, email_verified_at, unsubscribed_at, created_at, updated_at, locale
 FROM users
 WHERE email = ?1
 `
@@ -28,12 +28,13 @@ func (q *Queries) UserGetByEmail(ctx context.Context, db DBTX, email string) (*U
 		&i.UnsubscribedAt,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.Locale,
 	)
 	return &i, err
 }
 
 const userGetByID = `-- name: UserGetByID :one
-SELECT id, email, name, password_hash, email_verified_at, unsubscribed_at, created_at, updated_at
+SELECT id, email, name, password_hash, email_verified_at, unsubscribed_at, created_at, updated_at, locale
 FROM users
 WHERE id = ?1
 `
@@ -51,6 +52,7 @@ func (q *Queries) UserGetByID(ctx context.Context, db DBTX, id int64) (*User, er
 		&i.UnsubscribedAt,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.Locale,
 	)
 	return &i, err
 }
@@ -60,6 +62,7 @@ INSERT INTO users (
     email,
     name,
     password_hash,
+    locale,
     created_at,
     updated_at
 ) VALUES (
@@ -67,16 +70,18 @@ INSERT INTO users (
     ?2,
     ?3,
     ?4,
-    ?4
+    ?5,
+    ?5
 )
 ON CONFLICT (email) DO NOTHING
-RETURNING id, email, name, password_hash, email_verified_at, unsubscribed_at, created_at, updated_at
+RETURNING id, email, name, password_hash, email_verified_at, unsubscribed_at, created_at, updated_at, locale
 `
 
 type UserInsertParams struct {
 	Email        string
 	Name         string
 	PasswordHash string
+	Locale       string
 	Now          int64
 }
 
@@ -86,6 +91,7 @@ func (q *Queries) UserInsert(ctx context.Context, db DBTX, arg UserInsertParams)
 		arg.Email,
 		arg.Name,
 		arg.PasswordHash,
+		arg.Locale,
 		arg.Now,
 	)
 	var i User
@@ -98,6 +104,7 @@ func (q *Queries) UserInsert(ctx context.Context, db DBTX, arg UserInsertParams)
 		&i.UnsubscribedAt,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.Locale,
 	)
 	return &i, err
 }
