@@ -70,6 +70,11 @@ type Config struct {
 	RiverUIUsername string
 	RiverUIPassword string
 
+	// ResendWebhookSecret is RESEND_WEBHOOK_SECRET ("whsec_…"); "" leaves the webhook unmounted.
+	ResendWebhookSecret string
+	// AdminToken is ADMIN_TOKEN (at least 32 bytes); "" leaves /v1/admin unmounted.
+	AdminToken string
+
 	JobRetention      time.Duration
 	CounterRetention  time.Duration
 	PruneInterval     time.Duration

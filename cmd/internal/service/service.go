@@ -258,6 +258,9 @@ func (s *Service) handler(secret []byte, opts *Opts) (http.Handler, error) {
 		RiverUIUsername: config.RiverUIUsername,
 		RiverUIPassword: config.RiverUIPassword,
 		DevMail:         s.DevMail,
+
+		ResendWebhookSecret: config.ResendWebhookSecret,
+		AdminToken:          config.AdminToken,
 	}
 	if opts.APIConfigFunc != nil {
 		opts.APIConfigFunc(apiConfig)
