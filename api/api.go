@@ -1,7 +1,8 @@
 // Package api is postguard's HTTP interface: a Gin router with the auth routes of docs/api.md
 // (register, verify-email, resend-verification, forgot-password, reset-password, unsubscribe),
-// the limits API (custom rate-limit actions behind a bearer token), health and metrics routes,
-// the OpenAPI document, and River UI behind basic auth.
+// Resend's delivery webhook (each mail's lifecycle and the suppression list), the admin API
+// and the limits API (custom rate-limit actions) behind bearer tokens, health and metrics
+// routes, the OpenAPI document, and River UI behind basic auth.
 //
 // Every error leaves through one place (writeError) as an RFC 9457 application/problem+json body,
 // or as a small HTML page when the request came from one of the service's own HTML forms.
@@ -105,6 +106,14 @@ type Config struct {
 	// NowFunc returns the current time for the database writes; time.Now when nil.
 	NowFunc func() time.Time
 
+	// ResendWebhookSecret is RESEND_WEBHOOK_SECRET, the signing secret of the Resend webhook
+	// ("whsec_…"). POST /v1/webhooks/resend is mounted only when it is set.
+	ResendWebhookSecret string
+
+	// AdminToken is ADMIN_TOKEN, the bearer token of the admin API, checked by the caller
+	// (cmd/postguard: at least 32 bytes). /v1/admin is mounted only when it is set.
+	AdminToken string
+
 	// RequestTimeout bounds the work of each /v1 request, its database work above all: a request
 	// still waiting on the database (or on the password hasher) when it passes is answered 503
 	// with Retry-After, so an unreachable or stalled database never holds requests open.
@@ -128,6 +137,11 @@ type server struct {
 	now     func() time.Time
 	hasher  PasswordHasher
 	metrics *httpMetrics
+
+	// webhooks checks the signatures of Resend's webhooks; nil when RESEND_WEBHOOK_SECRET is
+	// unset. events counts their events.
+	webhooks *mail.ResendWebhookVerifier
+	events   *prometheus.CounterVec
 
 	gatherer prometheus.Gatherer
 
@@ -194,6 +208,15 @@ func New(config *Config) (*gin.Engine, error) {
 	v1.POST("/auth/reset-password", s.handle(s.resetPassword))
 	v1.GET("/unsubscribe", s.handle(s.unsubscribePage))
 	v1.POST("/unsubscribe", s.handle(s.unsubscribe))
+	if config.ResendWebhookSecret != "" {
+		if s.webhooks, err = mail.NewResendWebhookVerifier(config.ResendWebhookSecret); err != nil {
+			return nil, fmt.Errorf("api: Config.ResendWebhookSecret: %w", err)
+		}
+		v1.POST("/webhooks/resend", s.handle(s.resendWebhook))
+	}
+	if config.AdminToken != "" {
+		s.mountAdmin(v1, config.AdminToken)
+	}
 	if config.LimitsToken != "" {
 		s.mountLimits(v1, config.LimitsToken)
 	}
@@ -273,6 +296,13 @@ func newServer(config *Config) (*server, *gin.Engine, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	events, err := registerOrReuse(registerer, prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "postguard_email_events_total",
+		Help: "Resend webhook events by type (the followed email.* types, else other) and outcome (applied, out_of_order, replayed, unknown_email, unknown_type).",
+	}, []string{"type", "outcome"}))
+	if err != nil {
+		return nil, nil, err
+	}
 
 	s := &server{
 		store:      config.Store,
@@ -284,6 +314,7 @@ func newServer(config *Config) (*server, *gin.Engine, error) {
 		now:        config.NowFunc,
 		hasher:     config.PasswordHasher,
 		metrics:    metrics,
+		events:     events,
 		gatherer:   gatherer,
 		uniformMin: uniformAnswerMin,
 

@@ -19,6 +19,7 @@ import (
 	"github.com/postguard/postguard/db"
 	"github.com/postguard/postguard/db/dbtest"
 	"github.com/postguard/postguard/jobs/mail"
+	"github.com/postguard/postguard/jobs/mail/resendfake"
 )
 
 func TestServer_Health(t *testing.T) {
@@ -128,9 +129,12 @@ var ginParam = regexp.MustCompile(`:([A-Za-z_]+)`)
 func TestServer_OpenAPI(t *testing.T) {
 	t.Parallel()
 
+	// Every optional route mounted.
 	bundle := newSQLiteBundle(t, &setupOpts{configFunc: func(config *Config) {
 		config.RiverUI, config.RiverUIUsername, config.RiverUIPassword = http.NotFoundHandler(), "u", "p"
 		config.LimitsToken = limitsToken
+		config.ResendWebhookSecret = resendfake.NewWebhookSecret()
+		config.AdminToken = testAdminToken
 		config.DevMail = mail.NewOutbox(0)
 	}})
 

@@ -1,8 +1,6 @@
 package api
 
 import (
-	"crypto/sha256"
-	"crypto/subtle"
 	"fmt"
 	"net/http"
 	"net/netip"
@@ -17,6 +15,9 @@ import (
 // MinLimitsTokenLen is the shortest Config.LimitsToken accepted (LIMITS_API_TOKEN): as for
 // APP_SECRET, 32 bytes, so that guessing it is hopeless.
 const MinLimitsTokenLen = 32
+
+// limitsRealm names the limits API in WWW-Authenticate.
+const limitsRealm = "postguard limits"
 
 // maxLimitsKeyLen bounds the key of a limits request, in bytes: an account id or an API key's id
 // fits many times over, and the key is hashed, never stored.
@@ -51,26 +52,9 @@ var (
 // clears the subject's counters of the action's current windows. Every route wants the bearer
 // token first, so nobody without it learns which actions exist.
 func (s *server) mountLimits(group *gin.RouterGroup, token string) {
-	limits := group.Group("/limits", s.handle(bearerAuth(token)))
+	limits := group.Group("/limits", s.handle(bearerAuth(token, limitsRealm, errLimitsUnauthorized)))
 	limits.POST("/:action", s.handle(s.limitsSpend))
 	limits.DELETE("/:action", s.handle(s.limitsClear))
-}
-
-// bearerAuth checks the request's Authorization: Bearer token against token in constant time
-// (SHA-256 digests of equal length, whatever was sent), and answers 401 with a Bearer challenge
-// otherwise. Cookies and other credentials are never read.
-func bearerAuth(token string) handlerFunc {
-	want := sha256.Sum256([]byte(token))
-	return func(c *gin.Context) error {
-		scheme, presented, _ := strings.Cut(c.GetHeader("Authorization"), " ")
-		got := sha256.Sum256([]byte(strings.TrimSpace(presented)))
-		match := subtle.ConstantTimeCompare(got[:], want[:]) == 1
-		if !strings.EqualFold(scheme, "Bearer") || !match {
-			c.Header("WWW-Authenticate", `Bearer realm="postguard limits"`)
-			return errLimitsUnauthorized
-		}
-		return nil
-	}
 }
 
 // limitsSpend is POST /v1/limits/{action}: it spends one request of the action for the subject
@@ -114,7 +98,6 @@ func (s *server) limitsSpend(c *gin.Context) error {
 		return fmt.Errorf("error checking rate limit: %w", err)
 	}
 	decision.SetHeaders(c.Writer.Header())
-	c.Header("Cache-Control", "no-store")
 	if !decision.Allowed {
 		return tooManyRequests(decision)
 	}
@@ -159,7 +142,6 @@ func (s *server) limitsClear(c *gin.Context) error {
 	if err := s.limiter.Clear(c.Request.Context(), action, subject); err != nil {
 		return fmt.Errorf("error clearing rate limit: %w", err)
 	}
-	c.Header("Cache-Control", "no-store")
 	c.Status(http.StatusNoContent)
 	return nil
 }

@@ -8,7 +8,7 @@
 // conversions.
 //
 // It also embeds the app's migrations of both engines, and defines the rows (User, EmailToken,
-// EmailMessage) and the errors (ErrNotFound, ErrUnavailable, ...) every engine returns.
+// EmailMessage, EmailSuppression) and the errors (ErrNotFound, ErrUnavailable, ...) every engine returns.
 package db
 
 import (
@@ -29,7 +29,7 @@ var (
 	ErrEmailTaken = errors.New("email already registered")
 
 	// ErrExists is returned by an insert whose row exists already (EmailMessageInsert: another
-	// attempt of the job created its message).
+	// attempt of the job created its message; WebhookEventInsert: a replayed delivery).
 	ErrExists = errors.New("already exists")
 
 	// ErrUnavailable wraps errors that mean the database cannot be reached or cannot serve right

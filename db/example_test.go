@@ -61,10 +61,12 @@ func ExampleNewTables() {
 	}
 	// Output:
 	// email_messages
+	// email_suppressions
 	// email_tokens
 	// postguard_db_version
 	// rate_limit_counters
 	// readiness_heartbeat
 	// send_pacer
 	// users
+	// webhook_events
 }

@@ -57,6 +57,35 @@ type Queries interface {
 	EmailMessageMarkAccepted(ctx context.Context, jobID int64, providerID string, now time.Time) error
 	// EmailMessageDeleteBefore deletes up to max message rows created before before.
 	EmailMessageDeleteBefore(ctx context.Context, before time.Time, max int) (int64, error)
+	// EmailMessageGetByProviderID finds the message the provider gave an id (the newest, should a
+	// sender have repeated one); ErrNotFound when there is none. In a transaction, the row stays locked until it ends (on PostgreSQL; SQLite's
+	// transactions hold the write lock from their start).
+	EmailMessageGetByProviderID(ctx context.Context, providerID string) (*EmailMessage, error)
+	// EmailMessageSetLifecycle writes a message's status and status times; ErrNotFound when the
+	// job has no message.
+	EmailMessageSetLifecycle(ctx context.Context, params *EmailMessageLifecycleParams) error
+	// EmailMessageMarkSuppressed records that a job's mail is not sent because its address is
+	// suppressed: its message row is created, or turned, suppressed. marked is false, and nothing
+	// changes, when the provider accepted the job's mail already.
+	EmailMessageMarkSuppressed(ctx context.Context, params *EmailMessageMarkSuppressedParams) (marked bool, err error)
+	// EmailMessageListByUser lists a user's newest max messages, newest first.
+	EmailMessageListByUser(ctx context.Context, userID int64, max int) ([]*EmailMessage, error)
+
+	// EmailSuppressionInsert puts an address on the suppression list; one on it already keeps
+	// its first reason and time.
+	EmailSuppressionInsert(ctx context.Context, params *EmailSuppressionInsertParams) error
+	// EmailSuppressionGet finds an address on the suppression list; ErrNotFound when it is not.
+	EmailSuppressionGet(ctx context.Context, addressHash []byte) (*EmailSuppression, error)
+	// EmailSuppressionDelete takes an address off the suppression list; deleted says it was on.
+	EmailSuppressionDelete(ctx context.Context, addressHash []byte) (deleted bool, err error)
+	// EmailSuppressionList lists a page of the suppression list, newest first.
+	EmailSuppressionList(ctx context.Context, params *EmailSuppressionListParams) ([]*EmailSuppression, error)
+
+	// WebhookEventInsert records a webhook delivery's id; ErrExists when it was recorded already
+	// (a replay).
+	WebhookEventInsert(ctx context.Context, svixID string, now time.Time) error
+	// WebhookEventDeleteBefore deletes up to max webhook delivery ids received before before.
+	WebhookEventDeleteBefore(ctx context.Context, before time.Time, max int) (int64, error)
 
 	// RateLimitCounterDeleteExpired deletes up to max counters whose window ended before before.
 	RateLimitCounterDeleteExpired(ctx context.Context, before time.Time, max int) (int64, error)

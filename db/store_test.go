@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivermigrate"
 	"github.com/stretchr/testify/require"
@@ -36,6 +37,34 @@ func requireTimeEqual(t *testing.T, want time.Time, got *time.Time) {
 
 	require.NotNil(t, got)
 	require.True(t, want.Equal(*got), "want %s, got %s", want, *got)
+}
+
+// waitForLockWait returns once a backend of the database waits on a lock that
+// EmailMessageGetByProviderID asked for, or once done has a value (which it leaves there).
+func waitForLockWait(t *testing.T, pool *pgxpool.Pool, done chan error) {
+	t.Helper()
+
+	ticker := time.NewTicker(time.Millisecond)
+	defer ticker.Stop()
+	for {
+		var waiting int
+		err := pool.QueryRow(t.Context(), `
+			SELECT count(*)
+			FROM pg_stat_activity
+			WHERE datname = current_database()
+				AND wait_event_type = 'Lock'
+				AND query LIKE '%EmailMessageGetByProviderID%'`).Scan(&waiting)
+		require.NoError(t, err)
+		if waiting > 0 {
+			return
+		}
+		select {
+		case err := <-done:
+			done <- err
+			return
+		case <-ticker.C:
+		}
+	}
 }
 
 func tokenHash(s string) []byte {
@@ -483,8 +512,267 @@ func TestStore_EmailMessage(t *testing.T) {
 			require.Equal(t, db.EmailStatusSent, got.Status)
 			require.Equal(t, "re_1", *got.ProviderID)
 			requireTimeEqual(t, now.Add(time.Second), got.AcceptedAt)
+			requireTimeEqual(t, now.Add(time.Second), got.SentAt)
+			require.Nil(t, got.StatusAt, "sent by the worker's own word, not a provider event")
 
 			require.ErrorIs(t, store.EmailMessageMarkAccepted(ctx, 43, "re_3", now), db.ErrNotFound)
+		})
+
+		t.Run("MarkAcceptedKeepsLaterStatus", func(t *testing.T) {
+			t.Parallel()
+
+			ctx, store := t.Context(), newStore(t)
+			insert(ctx, t, store, 42, "k1", now)
+			require.NoError(t, store.EmailMessageMarkAccepted(ctx, 42, "re_1", now))
+			delivered := now.Add(time.Minute)
+			require.NoError(t, store.EmailMessageSetLifecycle(ctx, &db.EmailMessageLifecycleParams{
+				JobID: 42, Status: db.EmailStatusDelivered, StatusAt: &delivered, SentAt: &now, DeliveredAt: &delivered, Now: delivered,
+			}))
+
+			// A later attempt that records the acceptance again (its first record's answer was
+			// lost) leaves the provider's word alone.
+			require.NoError(t, store.EmailMessageMarkAccepted(ctx, 42, "re_1", now.Add(time.Hour)))
+			got, err := store.EmailMessageGetByJob(ctx, 42)
+			require.NoError(t, err)
+			require.Equal(t, db.EmailStatusDelivered, got.Status)
+			requireTimeEqual(t, delivered, got.StatusAt)
+			requireTimeEqual(t, now, got.SentAt)
+		})
+
+		t.Run("GetByProviderID", func(t *testing.T) {
+			t.Parallel()
+
+			ctx, store := t.Context(), newStore(t)
+			insert(ctx, t, store, 42, "k1", now)
+			insert(ctx, t, store, 43, "k2", now)
+			require.NoError(t, store.EmailMessageMarkAccepted(ctx, 42, "re_1", now))
+
+			err := store.InTx(ctx, func(ctx context.Context, tx db.Tx) error {
+				got, err := tx.EmailMessageGetByProviderID(ctx, "re_1")
+				require.NoError(t, err)
+				require.Equal(t, int64(42), got.JobID)
+				_, err = tx.EmailMessageGetByProviderID(ctx, "re_unknown")
+				require.ErrorIs(t, err, db.ErrNotFound)
+				return nil
+			})
+			require.NoError(t, err)
+		})
+
+		t.Run("ProviderIDsMayRepeat", func(t *testing.T) {
+			t.Parallel()
+
+			// Resend's ids are unique; a sender that repeats one (a no-op sender) still sends.
+			ctx, store := t.Context(), newStore(t)
+			insert(ctx, t, store, 42, "k1", now)
+			insert(ctx, t, store, 43, "k2", now)
+			require.NoError(t, store.EmailMessageMarkAccepted(ctx, 42, "noop", now))
+			require.NoError(t, store.EmailMessageMarkAccepted(ctx, 43, "noop", now))
+			got, err := store.EmailMessageGetByProviderID(ctx, "noop")
+			require.NoError(t, err)
+			require.Equal(t, int64(43), got.JobID, "the newest")
+		})
+
+		t.Run("GetByProviderIDLocksInTx", func(t *testing.T) {
+			t.Parallel()
+
+			ctx, store := t.Context(), newStore(t)
+			insert(ctx, t, store, 42, "k1", now)
+			require.NoError(t, store.EmailMessageMarkAccepted(ctx, 42, "re_1", now))
+
+			// Two transactions each read the message and write what they read plus a status
+			// time of their own. The second reads while the first holds the row: it must wait
+			// and read the first's write, or one of the two writes is lost.
+			readAndSet := func(ctx context.Context, tx db.Tx, status string, read chan<- struct{}, release <-chan struct{}) error {
+				message, err := tx.EmailMessageGetByProviderID(ctx, "re_1")
+				if err != nil {
+					return err
+				}
+				if read != nil {
+					close(read)
+					<-release
+				}
+				at := now.Add(time.Minute)
+				params := &db.EmailMessageLifecycleParams{
+					JobID: 42, Status: status, StatusAt: &at, Now: at,
+					DeliveredAt: message.DeliveredAt, ComplainedAt: message.ComplainedAt,
+				}
+				if status == db.EmailStatusDelivered {
+					params.DeliveredAt = &at
+				} else {
+					params.ComplainedAt = &at
+				}
+				return tx.EmailMessageSetLifecycle(ctx, params)
+			}
+
+			read, release := make(chan struct{}), make(chan struct{})
+			first, second := make(chan error, 1), make(chan error, 1)
+			go func() {
+				first <- store.InTx(ctx, func(ctx context.Context, tx db.Tx) error {
+					return readAndSet(ctx, tx, db.EmailStatusDelivered, read, release)
+				})
+			}()
+			<-read
+			go func() {
+				second <- store.InTx(ctx, func(ctx context.Context, tx db.Tx) error {
+					return readAndSet(ctx, tx, db.EmailStatusComplained, nil, nil)
+				})
+			}()
+			if store.Postgres != nil {
+				// Until the second waits on a lock, or (were the row not locked) is done. SQLite's
+				// second transaction waits for the one connection.
+				waitForLockWait(t, store.Postgres.Pool(), second)
+			}
+			close(release)
+			require.NoError(t, <-first)
+			require.NoError(t, <-second)
+
+			got, err := store.EmailMessageGetByJob(ctx, 42)
+			require.NoError(t, err)
+			require.NotNil(t, got.DeliveredAt, "neither write is lost")
+			require.NotNil(t, got.ComplainedAt, "neither write is lost")
+		})
+
+		t.Run("SetLifecycle", func(t *testing.T) {
+			t.Parallel()
+
+			ctx, store := t.Context(), newStore(t)
+			insert(ctx, t, store, 42, "k1", now)
+			require.NoError(t, store.EmailMessageMarkAccepted(ctx, 42, "re_1", now))
+
+			times := make([]time.Time, 8)
+			for i := range times {
+				times[i] = now.Add(time.Duration(i+1) * time.Second)
+			}
+			bounceType, subType := "Permanent", "General"
+			params := &db.EmailMessageLifecycleParams{
+				JobID:         42,
+				Status:        db.EmailStatusBounced,
+				StatusAt:      &times[0],
+				SentAt:        &times[1],
+				DeliveredAt:   &times[2],
+				DelayedAt:     &times[3],
+				BouncedAt:     &times[4],
+				ComplainedAt:  &times[5],
+				SuppressedAt:  &times[6],
+				FailedAt:      &times[7],
+				BounceType:    &bounceType,
+				BounceSubType: &subType,
+				Now:           now.Add(time.Hour),
+			}
+			require.NoError(t, store.EmailMessageSetLifecycle(ctx, params))
+
+			got, err := store.EmailMessageGetByJob(ctx, 42)
+			require.NoError(t, err)
+			require.Equal(t, db.EmailStatusBounced, got.Status)
+			for i, field := range []*time.Time{got.StatusAt, got.SentAt, got.DeliveredAt, got.DelayedAt, got.BouncedAt, got.ComplainedAt, got.SuppressedAt, got.FailedAt} {
+				requireTimeEqual(t, times[i], field)
+			}
+			require.Equal(t, "Permanent", *got.BounceType)
+			require.Equal(t, "General", *got.BounceSubType)
+			requireTimeEqual(t, now.Add(time.Hour), &got.UpdatedAt)
+			require.Equal(t, "k1", got.IdempotencyKey, "the rest stays")
+
+			// nil clears.
+			require.NoError(t, store.EmailMessageSetLifecycle(ctx, &db.EmailMessageLifecycleParams{JobID: 42, Status: db.EmailStatusSent, Now: now}))
+			got, err = store.EmailMessageGetByJob(ctx, 42)
+			require.NoError(t, err)
+			require.Nil(t, got.StatusAt)
+			require.Nil(t, got.BouncedAt)
+			require.Nil(t, got.BounceType)
+
+			require.ErrorIs(t, store.EmailMessageSetLifecycle(ctx, &db.EmailMessageLifecycleParams{JobID: 43, Status: db.EmailStatusSent, Now: now}), db.ErrNotFound)
+		})
+
+		t.Run("MarkSuppressed", func(t *testing.T) {
+			t.Parallel()
+
+			ctx, store := t.Context(), newStore(t)
+			params := func(jobID int64, key string, at time.Time) *db.EmailMessageMarkSuppressedParams {
+				return &db.EmailMessageMarkSuppressedParams{JobID: jobID, Kind: "password_reset_email", UserID: 7, IdempotencyKey: key, Now: at}
+			}
+
+			// A job's first attempt: a new row.
+			marked, err := store.EmailMessageMarkSuppressed(ctx, params(42, "k1", now))
+			require.NoError(t, err)
+			require.True(t, marked)
+			got, err := store.EmailMessageGetByJob(ctx, 42)
+			require.NoError(t, err)
+			require.Equal(t, db.EmailStatusSuppressed, got.Status)
+			require.Equal(t, "password_reset_email", got.Kind)
+			requireTimeEqual(t, now, got.SuppressedAt)
+			requireTimeEqual(t, now, &got.CreatedAt)
+			require.Nil(t, got.StatusAt)
+			require.Nil(t, got.AcceptedAt)
+
+			// Again (a rescued attempt): the first time stays.
+			marked, err = store.EmailMessageMarkSuppressed(ctx, params(42, "k2", now.Add(time.Minute)))
+			require.NoError(t, err)
+			require.True(t, marked)
+			got, err = store.EmailMessageGetByJob(ctx, 42)
+			require.NoError(t, err)
+			require.Equal(t, "k1", got.IdempotencyKey)
+			requireTimeEqual(t, now, got.SuppressedAt)
+
+			// A later attempt of a job whose first attempt failed: its row turns suppressed.
+			insert(ctx, t, store, 43, "k3", now)
+			marked, err = store.EmailMessageMarkSuppressed(ctx, params(43, "k4", now.Add(time.Minute)))
+			require.NoError(t, err)
+			require.True(t, marked)
+			got, err = store.EmailMessageGetByJob(ctx, 43)
+			require.NoError(t, err)
+			require.Equal(t, db.EmailStatusSuppressed, got.Status)
+			require.Equal(t, "k3", got.IdempotencyKey)
+			requireTimeEqual(t, now.Add(time.Minute), got.SuppressedAt)
+
+			// A job whose mail the provider accepted is left alone.
+			insert(ctx, t, store, 44, "k5", now)
+			require.NoError(t, store.EmailMessageMarkAccepted(ctx, 44, "re_1", now))
+			marked, err = store.EmailMessageMarkSuppressed(ctx, params(44, "k6", now.Add(time.Minute)))
+			require.NoError(t, err)
+			require.False(t, marked)
+			got, err = store.EmailMessageGetByJob(ctx, 44)
+			require.NoError(t, err)
+			require.Equal(t, db.EmailStatusSent, got.Status)
+			require.Nil(t, got.SuppressedAt)
+
+			// In a transaction, which stays usable after a conflict.
+			err = store.InTx(ctx, func(ctx context.Context, tx db.Tx) error {
+				marked, err := tx.EmailMessageMarkSuppressed(ctx, params(44, "k7", now))
+				require.False(t, marked)
+				if err != nil {
+					return err
+				}
+				_, err = tx.EmailMessageGetByJob(ctx, 44)
+				return err
+			})
+			require.NoError(t, err)
+		})
+
+		t.Run("ListByUser", func(t *testing.T) {
+			t.Parallel()
+
+			ctx, store := t.Context(), newStore(t)
+			for i := range 4 {
+				_, err := store.EmailMessageInsert(ctx, &db.EmailMessageInsertParams{
+					JobID: int64(i + 1), Kind: "welcome_email", UserID: 7, IdempotencyKey: fmt.Sprintf("k%d", i), Now: now.Add(time.Duration(i) * time.Second),
+				})
+				require.NoError(t, err)
+			}
+			_, err := store.EmailMessageInsert(ctx, &db.EmailMessageInsertParams{JobID: 10, Kind: "welcome_email", UserID: 8, IdempotencyKey: "other", Now: now})
+			require.NoError(t, err)
+
+			got, err := store.EmailMessageListByUser(ctx, 7, 3)
+			require.NoError(t, err)
+			var ids []int64
+			for _, message := range got {
+				require.Equal(t, int64(7), message.UserID)
+				ids = append(ids, message.JobID)
+			}
+			require.Equal(t, []int64{4, 3, 2}, ids, "newest first, at most max")
+
+			got, err = store.EmailMessageListByUser(ctx, 9, 3)
+			require.NoError(t, err)
+			require.Empty(t, got)
 		})
 
 		t.Run("Rekey", func(t *testing.T) {
@@ -533,6 +821,189 @@ func TestStore_EmailMessage(t *testing.T) {
 			}
 			_, err := store.EmailMessageGetByJob(ctx, 10)
 			require.NoError(t, err)
+		})
+	})
+}
+
+func TestStore_EmailSuppression(t *testing.T) {
+	t.Parallel()
+
+	dbtest.Engines(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
+		insert := func(ctx context.Context, t *testing.T, queries db.Queries, address string, reason string, at time.Time) {
+			t.Helper()
+
+			require.NoError(t, queries.EmailSuppressionInsert(ctx, &db.EmailSuppressionInsertParams{
+				AddressHash:  tokenHash(address),
+				Reason:       reason,
+				Detail:       "General",
+				EmailID:      "re_" + address,
+				SuppressedAt: at,
+				Now:          at.Add(time.Second),
+			}))
+		}
+
+		t.Run("InsertAndGet", func(t *testing.T) {
+			t.Parallel()
+
+			ctx, store := t.Context(), newStore(t)
+			insert(ctx, t, store, "ada", db.SuppressionReasonBounced, now)
+
+			got, err := store.EmailSuppressionGet(ctx, tokenHash("ada"))
+			require.NoError(t, err)
+			require.Equal(t, tokenHash("ada"), got.AddressHash)
+			require.Equal(t, db.SuppressionReasonBounced, got.Reason)
+			require.Equal(t, "General", got.Detail)
+			require.Equal(t, "re_ada", got.EmailID)
+			requireTimeEqual(t, now, &got.SuppressedAt)
+			requireTimeEqual(t, now.Add(time.Second), &got.CreatedAt)
+
+			_, err = store.EmailSuppressionGet(ctx, tokenHash("bob"))
+			require.ErrorIs(t, err, db.ErrNotFound)
+		})
+
+		t.Run("InsertKeepsFirst", func(t *testing.T) {
+			t.Parallel()
+
+			ctx, store := t.Context(), newStore(t)
+			insert(ctx, t, store, "ada", db.SuppressionReasonBounced, now)
+			// Inside a transaction, which stays usable.
+			err := store.InTx(ctx, func(ctx context.Context, tx db.Tx) error {
+				insert(ctx, t, tx, "ada", db.SuppressionReasonComplained, now.Add(time.Hour))
+				_, err := tx.EmailSuppressionGet(ctx, tokenHash("ada"))
+				return err
+			})
+			require.NoError(t, err)
+
+			got, err := store.EmailSuppressionGet(ctx, tokenHash("ada"))
+			require.NoError(t, err)
+			require.Equal(t, db.SuppressionReasonBounced, got.Reason)
+			requireTimeEqual(t, now, &got.SuppressedAt)
+		})
+
+		t.Run("InsertRefusesUnknownReason", func(t *testing.T) {
+			t.Parallel()
+
+			ctx, store := t.Context(), newStore(t)
+			err := store.EmailSuppressionInsert(ctx, &db.EmailSuppressionInsertParams{
+				AddressHash: tokenHash("ada"), Reason: "bored", EmailID: "re_1", SuppressedAt: now, Now: now,
+			})
+			require.Error(t, err)
+		})
+
+		t.Run("Delete", func(t *testing.T) {
+			t.Parallel()
+
+			ctx, store := t.Context(), newStore(t)
+			insert(ctx, t, store, "ada", db.SuppressionReasonBounced, now)
+			insert(ctx, t, store, "bob", db.SuppressionReasonBounced, now)
+
+			deleted, err := store.EmailSuppressionDelete(ctx, tokenHash("ada"))
+			require.NoError(t, err)
+			require.True(t, deleted)
+			deleted, err = store.EmailSuppressionDelete(ctx, tokenHash("ada"))
+			require.NoError(t, err)
+			require.False(t, deleted)
+
+			_, err = store.EmailSuppressionGet(ctx, tokenHash("ada"))
+			require.ErrorIs(t, err, db.ErrNotFound)
+			_, err = store.EmailSuppressionGet(ctx, tokenHash("bob"))
+			require.NoError(t, err)
+		})
+
+		t.Run("ListPages", func(t *testing.T) {
+			t.Parallel()
+
+			ctx, store := t.Context(), newStore(t)
+			// Five suppressions, two of them at one instant: the hash orders those.
+			for i, address := range []string{"a", "b", "c", "d"} {
+				insert(ctx, t, store, address, db.SuppressionReasonBounced, now.Add(time.Duration(i)*time.Second))
+			}
+			insert(ctx, t, store, "e", db.SuppressionReasonComplained, now.Add(3*time.Second))
+
+			var seen []string
+			params := &db.EmailSuppressionListParams{BeforeAt: now.Add(100 * 365 * 24 * time.Hour), Max: 2}
+			for range 4 {
+				page, err := store.EmailSuppressionList(ctx, params)
+				require.NoError(t, err)
+				require.LessOrEqual(t, len(page), 2)
+				for _, suppression := range page {
+					seen = append(seen, suppression.EmailID)
+				}
+				if len(page) < params.Max {
+					break
+				}
+				last := page[len(page)-1]
+				params = &db.EmailSuppressionListParams{BeforeAt: last.SuppressedAt, BeforeHash: last.AddressHash, Max: 2}
+			}
+			require.Len(t, seen, 5, "every suppression once: %v", seen)
+			require.ElementsMatch(t, []string{"re_d", "re_e"}, seen[:2], "newest first")
+			require.Equal(t, []string{"re_c", "re_b", "re_a"}, seen[2:])
+		})
+	})
+}
+
+func TestStore_WebhookEvent(t *testing.T) {
+	t.Parallel()
+
+	dbtest.Engines(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
+		t.Run("InsertOnce", func(t *testing.T) {
+			t.Parallel()
+
+			ctx, store := t.Context(), newStore(t)
+			require.NoError(t, store.WebhookEventInsert(ctx, "msg_1", now))
+			require.NoError(t, store.WebhookEventInsert(ctx, "msg_2", now))
+
+			// A replay, inside a transaction that stays usable.
+			err := store.InTx(ctx, func(ctx context.Context, tx db.Tx) error {
+				require.ErrorIs(t, tx.WebhookEventInsert(ctx, "msg_1", now.Add(time.Minute)), db.ErrExists)
+				return tx.WebhookEventInsert(ctx, "msg_3", now)
+			})
+			require.NoError(t, err)
+			require.ErrorIs(t, store.WebhookEventInsert(ctx, "msg_3", now), db.ErrExists)
+		})
+
+		t.Run("InsertConcurrent", func(t *testing.T) {
+			t.Parallel()
+
+			ctx, store := t.Context(), newStore(t)
+			var recorded, replayed atomic.Int64
+			var wg sync.WaitGroup
+			for range 8 {
+				wg.Go(func() {
+					err := store.InTx(ctx, func(ctx context.Context, tx db.Tx) error {
+						return tx.WebhookEventInsert(ctx, "msg_1", now)
+					})
+					switch {
+					case err == nil:
+						recorded.Add(1)
+					case errors.Is(err, db.ErrExists):
+						replayed.Add(1)
+					default:
+						require.NoError(t, err)
+					}
+				})
+			}
+			wg.Wait()
+			require.Equal(t, int64(1), recorded.Load())
+			require.Equal(t, int64(7), replayed.Load())
+		})
+
+		t.Run("DeleteBefore", func(t *testing.T) {
+			t.Parallel()
+
+			ctx, store := t.Context(), newStore(t)
+			for i := range 3 {
+				require.NoError(t, store.WebhookEventInsert(ctx, fmt.Sprintf("old%d", i), now.Add(-time.Hour)))
+			}
+			require.NoError(t, store.WebhookEventInsert(ctx, "kept", now))
+
+			for _, want := range []int64{2, 1, 0} {
+				deleted, err := store.WebhookEventDeleteBefore(ctx, now, 2)
+				require.NoError(t, err)
+				require.Equal(t, want, deleted)
+			}
+			require.ErrorIs(t, store.WebhookEventInsert(ctx, "kept", now), db.ErrExists)
+			require.NoError(t, store.WebhookEventInsert(ctx, "old0", now), "pruned: a replay this late applies again")
 		})
 	})
 }

@@ -26,11 +26,26 @@ const (
 	TokenPurposeReset  TokenPurpose = "reset"
 )
 
-// Message statuses: an email job's message is queued from its first attempt until the provider
-// accepts it (sent).
+// Message statuses. An email job's message is queued from its first attempt until the provider
+// accepts it (sent), or suppressed when its address is on the suppression list (nothing is sent);
+// the provider's events then move it on: delivered, delayed, bounced, complained, suppressed (the
+// provider would not send it) or failed.
 const (
-	EmailStatusQueued = "queued"
-	EmailStatusSent   = "sent"
+	EmailStatusQueued     = "queued"
+	EmailStatusSent       = "sent"
+	EmailStatusDelivered  = "delivered"
+	EmailStatusDelayed    = "delayed"
+	EmailStatusBounced    = "bounced"
+	EmailStatusComplained = "complained"
+	EmailStatusSuppressed = "suppressed"
+	EmailStatusFailed     = "failed"
+)
+
+// Suppression reasons: what put an address on the suppression list.
+const (
+	SuppressionReasonBounced    = "bounced"    // a permanent bounce
+	SuppressionReasonComplained = "complained" // the recipient marked a mail as spam
+	SuppressionReasonSuppressed = "suppressed" // the provider refused to send to it (its own list)
 )
 
 // EmailMessage is the message row of one email job, created at its first attempt.
@@ -50,12 +65,92 @@ type EmailMessage struct {
 	AcceptedAt *time.Time
 	CreatedAt  time.Time
 	UpdatedAt  time.Time
+	// StatusAt is the time of the provider event that set Status; nil while Status is
+	// postguard's own (queued, sent as the worker recorded the acceptance, suppressed before any
+	// send), which any provider event may follow. An event older than StatusAt changes no
+	// status.
+	StatusAt *time.Time
+	// The time each status was first reached (by the earliest event of that status); nil for a
+	// status the message never had. The queued time is CreatedAt.
+	SentAt       *time.Time
+	DeliveredAt  *time.Time
+	DelayedAt    *time.Time
+	BouncedAt    *time.Time
+	ComplainedAt *time.Time
+	SuppressedAt *time.Time
+	FailedAt     *time.Time
+	// BounceType and BounceSubType are the provider's classification of a bounce (Permanent and
+	// General, Transient and MailboxFull…); nil without one.
+	BounceType    *string
+	BounceSubType *string
 	// Locale is the locale the job's mail is rendered in, chosen at its first attempt; "" for a
 	// message of before locales.
 	Locale string
 	// PayloadSHA256 is the SHA-256 of what the job's attempts send under IdempotencyKey (never the
 	// bytes, which hold the link's token); nil for a message of before it was kept.
 	PayloadSHA256 []byte
+}
+
+// EmailMessageMarkSuppressedParams are the fields of a job's message row when its mail is held
+// back because its address is suppressed (nothing rendered, nothing sent).
+type EmailMessageMarkSuppressedParams struct {
+	JobID          int64
+	Kind           string
+	UserID         int64
+	IdempotencyKey string
+	Now            time.Time
+}
+
+// EmailMessageLifecycleParams are a message's status and the times of its statuses, as merged
+// from a provider event: EmailMessageSetLifecycle writes them all.
+type EmailMessageLifecycleParams struct {
+	Status        string
+	StatusAt      *time.Time
+	SentAt        *time.Time
+	DeliveredAt   *time.Time
+	DelayedAt     *time.Time
+	BouncedAt     *time.Time
+	ComplainedAt  *time.Time
+	SuppressedAt  *time.Time
+	FailedAt      *time.Time
+	BounceType    *string
+	BounceSubType *string
+	Now           time.Time
+	JobID         int64
+}
+
+// EmailSuppression is an address on the suppression list: never the address itself, only its
+// HMAC (tokens.SuppressionKey).
+type EmailSuppression struct {
+	AddressHash []byte
+	// Reason is one of the SuppressionReason* constants; Detail the provider's classification
+	// (a bounce's sub-type, say), possibly empty.
+	Reason string
+	Detail string
+	// EmailID is the provider's id of the mail whose event suppressed the address.
+	EmailID string
+	// SuppressedAt is that event's time; CreatedAt when postguard recorded it.
+	SuppressedAt time.Time
+	CreatedAt    time.Time
+}
+
+// EmailSuppressionInsertParams put an address on the suppression list.
+type EmailSuppressionInsertParams struct {
+	AddressHash  []byte
+	Reason       string
+	Detail       string
+	EmailID      string
+	SuppressedAt time.Time
+	Now          time.Time
+}
+
+// EmailSuppressionListParams select a page of the suppression list, newest first: up to Max
+// suppressions after the one at (BeforeAt, BeforeHash) in that order. The first page starts
+// before any time (a BeforeAt in the far future).
+type EmailSuppressionListParams struct {
+	BeforeAt   time.Time
+	BeforeHash []byte
+	Max        int
 }
 
 // EmailToken is a stored link token: never the token itself, only its hash and, while its job may

@@ -164,7 +164,7 @@ func (m *mailer) work(ctx context.Context, job *rivertype.JobRow, userID int64, 
 	switch {
 	case err == nil:
 		a.logger.InfoContext(ctx, "email sent")
-	case label == OutcomeSkipped || label == OutcomeSnoozed:
+	case label == OutcomeSkipped || label == OutcomeSnoozed || label == OutcomeSuppressed:
 		a.logger.InfoContext(ctx, "email "+label, slog.String("reason", err.Error()))
 	default:
 		a.logger.WarnContext(ctx, "email "+label, slog.String("error", result.Error()))
@@ -188,7 +188,8 @@ func (m *mailer) jobLogger(ctx context.Context, job *rivertype.JobRow, userID in
 }
 
 // deliver sends the job's mail, or says why not: nil once the provider accepted it, a *skipped
-// when there is nothing to send, a *snoozed to wait, or the error that stopped it.
+// when there is nothing to send, a *suppressedMail when its address is on the suppression list,
+// a *snoozed to wait, or the error that stopped it.
 func (m *mailer) deliver(a *attempt, userID int64, spec *emailSpec) error {
 	if m.sender == nil {
 		// Not reached in practice: without a sender the email queue is not worked at all.
@@ -205,6 +206,9 @@ func (m *mailer) deliver(a *attempt, userID int64, spec *emailSpec) error {
 		if reason := spec.skip(user); reason != "" {
 			return &skipped{reason: reason}
 		}
+	}
+	if err := m.checkSuppression(a, user); err != nil {
+		return err
 	}
 
 	dl, err := m.prepare(a, user, spec)

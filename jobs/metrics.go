@@ -40,7 +40,7 @@ func newMetrics(registerer prometheus.Registerer) (*metrics, error) {
 	}
 	deliveries := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "postguard_email_deliveries_total",
-		Help: "Email delivery attempts by job kind and outcome (sent, retried, snoozed, cancelled, discarded, skipped).",
+		Help: "Email delivery attempts by job kind and outcome (sent, retried, snoozed, cancelled, discarded, skipped, suppressed).",
 	}, []string{"kind", "outcome"})
 	if err := registerer.Register(deliveries); err != nil {
 		var already prometheus.AlreadyRegisteredError

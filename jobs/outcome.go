@@ -21,12 +21,20 @@ const (
 	OutcomeCancelled = "cancelled" // the provider refused the message; retrying cannot help
 	OutcomeDiscarded = "discarded" // the last attempt failed
 	OutcomeSkipped   = "skipped"   // nothing to send: the user was deleted or unsubscribed, or it was sent already
+	// OutcomeSuppressed: the recipient's address is on the suppression list; nothing was sent.
+	OutcomeSuppressed = "suppressed"
 )
 
 // skipped is an attempt with nothing to send: the job completes.
 type skipped struct{ reason string }
 
 func (s *skipped) Error() string { return s.reason }
+
+// suppressedMail is an attempt whose recipient's address is on the suppression list: nothing is
+// sent, and the job completes.
+type suppressedMail struct{ reason string }
+
+func (s *suppressedMail) Error() string { return s.reason }
 
 // snoozed is an attempt that waits, by the pacer's schedule (pacer) or the provider's ask.
 type snoozed struct {
@@ -40,7 +48,8 @@ func (s *snoozed) Error() string { return fmt.Sprintf("%s; waiting %s", s.reason
 // outcome maps what an attempt of job ended with (err: nil when the provider accepted the mail)
 // to what River does with it and the outcome the delivery metric counts (docs/design.md, Delivery):
 //
-//   - nil: completed, sent; a *skipped: completed, skipped;
+//   - nil: completed, sent; a *skipped: completed, skipped; a *suppressedMail: completed,
+//     suppressed;
 //   - a *snoozed, 429 (for its Retry-After) or 409 concurrent_idempotent_requests (briefly):
 //     snoozed, no attempt spent; but a provider's ask past MaxSnoozes, and any snooze that would
 //     carry the job past its idempotency key's life, fails like an error;
@@ -54,12 +63,15 @@ func (s *snoozed) Error() string { return fmt.Sprintf("%s; waiting %s", s.reason
 // provider forgets the job's idempotency key.
 func outcome(job *rivertype.JobRow, meta jobMetadata, keyDeadline, now time.Time, err error) (label string, result error) {
 	var skip *skipped
+	var suppressed *suppressedMail
 	var snooze *snoozed
 	switch {
 	case err == nil:
 		return OutcomeSent, nil
 	case errors.As(err, &skip):
 		return OutcomeSkipped, nil
+	case errors.As(err, &suppressed):
+		return OutcomeSuppressed, nil
 	case errors.Is(err, context.Canceled):
 		return OutcomeRetried, err
 	case errors.As(err, &snooze):

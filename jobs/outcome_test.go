@@ -45,6 +45,8 @@ func TestOutcome(t *testing.T) {
 	}{
 		{"Accepted", job(1), jobMetadata{}, now, nil, want{label: OutcomeSent}},
 		{"Skipped", job(1), jobMetadata{}, now, &skipped{reason: "the user was deleted"}, want{label: OutcomeSkipped}},
+		{"Suppressed", job(1), jobMetadata{}, now, &suppressedMail{reason: "the address is suppressed"}, want{label: OutcomeSuppressed}},
+		{"SuppressedLastAttempt", job(EmailMaxAttempts), jobMetadata{}, now, &suppressedMail{reason: "the address is suppressed"}, want{label: OutcomeSuppressed}},
 		{"RateLimited", job(1), jobMetadata{}, now, provider(http.StatusTooManyRequests, "rate_limit_exceeded", 7*time.Second), want{label: OutcomeSnoozed, snooze: 7 * time.Second}},
 		{"RateLimitedWithoutRetryAfter", job(1), jobMetadata{}, now, provider(http.StatusTooManyRequests, "rate_limit_exceeded", 0), want{label: OutcomeSnoozed, snooze: mail.DefaultRateLimitSnooze}},
 		{"KeyInFlight", job(1), jobMetadata{}, now, provider(http.StatusConflict, mail.ErrorNameConcurrentIdempotentRequests, 0), want{label: OutcomeSnoozed, snooze: mail.ConcurrentIdempotencySnooze}},

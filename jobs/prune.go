@@ -13,6 +13,13 @@ import (
 	"github.com/postguard/postguard/db"
 )
 
+// WebhookEventRetention is how long the svix-id of an applied webhook delivery is kept, so that
+// its replay changes nothing: a week, well past the last retry of a delivery Resend could not
+// make (its retries end about a day after the first attempt). A replay after that applies
+// again, which only repeats what it did (statuses and times merge the same way, and an address
+// suppressed once is suppressed again, even if it was taken off the list since).
+const WebhookEventRetention = 7 * 24 * time.Hour
+
 const (
 	// pruneBatchSize bounds each delete, so no statement holds many locks or runs long.
 	pruneBatchSize = 1000
@@ -62,7 +69,9 @@ func finishedStates() []rivertype.JobState {
 // PruneWorker deletes, in bounded batches: rate-limit counters whose window ended more than
 // CounterRetention ago, email tokens that expired more than CounterRetention ago, the sealed
 // copies of tokens older than IdempotencyKeyLifetime, email message rows and, given Deps.Jobs,
-// finished jobs (completed, cancelled, discarded) older than JobRetention. Jobs go through
+// finished jobs (completed, cancelled, discarded) older than JobRetention, and the ids of
+// webhook deliveries older than WebhookEventRetention. The suppression list is never pruned: an
+// address leaves it only through the admin API. Jobs go through
 // River's public JobList and JobDeleteMany (no SQL on River's tables, whose times SQLite keeps as
 // text); without Deps.Jobs (a host app's River, whose own job cleaner keeps its retention) they
 // are left alone. Every delete is idempotent, so two prunes at once only share the work.
@@ -140,6 +149,13 @@ func (w *PruneWorker) Work(ctx context.Context, job *river.Job[PruneArgs]) error
 		return fmt.Errorf("error pruning email messages: %w", err)
 	}
 
+	webhookEvents, err := w.deleteLoop(ctx, func(ctx context.Context) (int64, error) {
+		return w.store.WebhookEventDeleteBefore(ctx, now.Add(-WebhookEventRetention), w.batchSize)
+	})
+	if err != nil {
+		return fmt.Errorf("error pruning webhook events: %w", err)
+	}
+
 	jobs, err := w.pruneJobs(ctx, now.Add(-w.jobRetention))
 	if err != nil {
 		return fmt.Errorf("error pruning jobs: %w", err)
@@ -150,6 +166,7 @@ func (w *PruneWorker) Work(ctx context.Context, job *river.Job[PruneArgs]) error
 		slog.Int64("tokens_deleted", tokens),
 		slog.Int64("sealed_tokens_erased", sealed),
 		slog.Int64("messages_deleted", messages),
+		slog.Int64("webhook_events_deleted", webhookEvents),
 		slog.Int64("jobs_deleted", jobs),
 	)
 	return nil

@@ -129,6 +129,22 @@ func TestPruneWorker_Work(t *testing.T) {
 				require.NoError(t, err)
 			}
 
+			// Webhook delivery ids: three older than their retention (more than a batch), one
+			// younger. And a suppression older than everything: the list is never pruned.
+			for i, receivedAt := range []time.Time{
+				now.Add(-WebhookEventRetention - time.Hour),
+				now.Add(-WebhookEventRetention - 2*time.Minute),
+				now.Add(-WebhookEventRetention - time.Minute),
+				now.Add(-WebhookEventRetention + time.Minute), // kept
+			} {
+				require.NoError(t, store.WebhookEventInsert(ctx, "msg_"+strconv.Itoa(i), receivedAt))
+			}
+			suppressionKey := tokens.SuppressionKey(testSecret, user.Email)
+			require.NoError(t, store.EmailSuppressionInsert(ctx, &db.EmailSuppressionInsertParams{
+				AddressHash: suppressionKey, Reason: db.SuppressionReasonBounced, EmailID: "re_old",
+				SuppressedAt: now.Add(-365 * 24 * time.Hour), Now: now.Add(-365 * 24 * time.Hour),
+			}))
+
 			config := bundle.config.withDefaults()
 			config.NowFunc = func() time.Time { return now }
 			// Without Deps.Jobs (a host app's workers: its River keeps its own job retention),
@@ -186,6 +202,14 @@ func TestPruneWorker_Work(t *testing.T) {
 			userID, err := store.EmailTokenConsume(ctx, keptToken, db.TokenPurposeVerify, counterCutoff)
 			require.NoError(t, err)
 			require.Equal(t, user.ID, userID)
+
+			// A pruned delivery id is new again; the kept one is still a replay.
+			for i := range 3 {
+				require.NoError(t, store.WebhookEventInsert(ctx, "msg_"+strconv.Itoa(i), now), "webhook event %d", i)
+			}
+			require.ErrorIs(t, store.WebhookEventInsert(ctx, "msg_3", now), db.ErrExists)
+			_, err = store.EmailSuppressionGet(ctx, suppressionKey)
+			require.NoError(t, err)
 		})
 
 		t.Run("PeriodicPruneRunsOnStart", func(t *testing.T) {

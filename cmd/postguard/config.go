@@ -29,6 +29,10 @@ import (
 // entropy (32 bytes for SHA-256) weakens every token and rate-limit key derived from it.
 const minSecretLen = 32
 
+// minAdminTokenLen is the shortest ADMIN_TOKEN accepted: a bearer token that nothing rate limits
+// must be too long to guess.
+const minAdminTokenLen = 32
+
 // maxResendMaxRPS bounds RESEND_MAX_RPS: far above any provider's rate, so that a typo (1e9) or
 // +Inf is refused at start rather than taken as no pace at all.
 const maxResendMaxRPS = 10_000
@@ -72,6 +76,8 @@ func loadConfig(environ []string) (*config, error) {
 	cfg.LimitsToken = p.limitsToken()
 	cfg.Mailer = p.mailer(cfg)
 	cfg.LogFormat, cfg.LogLevel = p.logging()
+	cfg.ResendWebhookSecret = p.webhookSecret()
+	cfg.AdminToken = p.adminToken()
 
 	if cfg.JobRescueAfter <= cfg.JobTimeout {
 		p.fail("JOB_RESCUE_AFTER", "must exceed JOB_TIMEOUT (%s), or a job still running would be rescued and worked twice", cfg.JobTimeout)
@@ -304,6 +310,27 @@ func (p *envParser) secret(engine string) []byte {
 	// The value's bytes are the key, whatever its encoding: every process of a deployment derives
 	// the same keys from the same text.
 	return []byte(s)
+}
+
+func (p *envParser) webhookSecret() string {
+	secret := p.getenv("RESEND_WEBHOOK_SECRET")
+	if secret == "" {
+		return "" // the webhook is not mounted
+	}
+	if err := mail.CheckResendWebhookSecret(secret); err != nil {
+		p.fail("RESEND_WEBHOOK_SECRET", "%v", err)
+		return ""
+	}
+	return secret
+}
+
+func (p *envParser) adminToken() string {
+	token := p.getenv("ADMIN_TOKEN")
+	if token != "" && len(token) < minAdminTokenLen {
+		p.fail("ADMIN_TOKEN", "is %d bytes; it must be at least %d (e.g. `openssl rand -hex 32`), or unset to leave /v1/admin unmounted", len(token), minAdminTokenLen)
+		return ""
+	}
+	return token
 }
 
 func (p *envParser) trustedProxies() []netip.Prefix {

@@ -50,6 +50,8 @@ func TestLoadConfig(t *testing.T) {
 		require.Equal(t, abuse.DefaultRules().All(), cfg.Rules.All())
 		require.Equal(t, "127.0.0.1:9464", cfg.MetricsAddr)
 		require.Equal(t, abuse.HeaderXForwardedFor, cfg.ClientIPHeader)
+		require.Empty(t, cfg.ResendWebhookSecret, "the webhook is not mounted")
+		require.Empty(t, cfg.AdminToken, "the admin API is not mounted")
 		require.Equal(t, "postguard", cfg.AppName)
 		require.Equal(t, "en", cfg.DefaultLocale)
 		require.Empty(t, cfg.MailTemplatesDir)
@@ -71,6 +73,18 @@ func TestLoadConfig(t *testing.T) {
 		got, err := cfg.Renderer.RenderSample(mail.KindWelcome, "de-AT")
 		require.NoError(t, err)
 		require.Equal(t, "Willkommen bei Acme", got.Subject)
+	})
+
+	t.Run("DeliveryFeedback", func(t *testing.T) {
+		t.Parallel()
+
+		cfg, err := loadConfig(envFunc(map[string]string{
+			"RESEND_WEBHOOK_SECRET": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+			"ADMIN_TOKEN":           strings.Repeat("t", 32),
+		}))
+		require.NoError(t, err)
+		require.Equal(t, "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", cfg.ResendWebhookSecret)
+		require.Equal(t, strings.Repeat("t", 32), cfg.AdminToken)
 	})
 
 	t.Run("ClientIPHeader", func(t *testing.T) {
@@ -206,6 +220,10 @@ func TestLoadConfig(t *testing.T) {
 		{"MetricsAddr", map[string]string{"METRICS_ADDR": "localhost"}, "METRICS_ADDR"},
 		{"ClientIPHeader", map[string]string{"CLIENT_IP_HEADER": "Forwarded"}, "CLIENT_IP_HEADER"},
 		{"MetricsAddrPort", map[string]string{"METRICS_ADDR": "127.0.0.1:99999"}, "METRICS_ADDR"},
+		{"WebhookSecretNoPrefix", map[string]string{"RESEND_WEBHOOK_SECRET": "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}, "RESEND_WEBHOOK_SECRET"},
+		{"WebhookSecretNotBase64", map[string]string{"RESEND_WEBHOOK_SECRET": "whsec_not base64!"}, "RESEND_WEBHOOK_SECRET"},
+		{"WebhookSecretAPIKey", map[string]string{"RESEND_WEBHOOK_SECRET": "re_123456789"}, "RESEND_WEBHOOK_SECRET"},
+		{"AdminTokenShort", map[string]string{"ADMIN_TOKEN": strings.Repeat("t", 31)}, "ADMIN_TOKEN"},
 		{"AppNameBlank", map[string]string{"APP_NAME": "   "}, "APP_NAME"},
 		{"AppNameNewline", map[string]string{"APP_NAME": "Acme\nBcc: x"}, "APP_NAME"},
 		{"AppNameLong", map[string]string{"APP_NAME": strings.Repeat("a", 101)}, "APP_NAME"},

@@ -87,6 +87,89 @@ func (q *queries) EmailMessageRekey(ctx context.Context, params *db.EmailMessage
 	return updated("giving email message a new key", n, err)
 }
 
+// EmailMessageGetByProviderID implements db.Queries.
+func (q *queries) EmailMessageGetByProviderID(ctx context.Context, providerID string) (*db.EmailMessage, error) {
+	message, err := run(ctx, q, true, func() (*dbsqlc.EmailMessage, error) {
+		return sqlc.EmailMessageGetByProviderID(ctx, q.dbtx, providerID)
+	})
+	return (*db.EmailMessage)(message), wrap("getting email message by provider id", err)
+}
+
+// EmailMessageListByUser implements db.Queries.
+func (q *queries) EmailMessageListByUser(ctx context.Context, userID int64, limit int) ([]*db.EmailMessage, error) {
+	rows, err := run(ctx, q, true, func() ([]*dbsqlc.EmailMessage, error) {
+		return sqlc.EmailMessageListByUser(ctx, q.dbtx, dbsqlc.EmailMessageListByUserParams{UserID: userID, Max: int64(limit)})
+	})
+	if err != nil {
+		return nil, wrap("listing a user's email messages", err)
+	}
+	messages := make([]*db.EmailMessage, len(rows))
+	for i, row := range rows {
+		messages[i] = (*db.EmailMessage)(row)
+	}
+	return messages, nil
+}
+
+// EmailMessageMarkSuppressed implements db.Queries. Running it twice leaves the row as once.
+func (q *queries) EmailMessageMarkSuppressed(ctx context.Context, params *db.EmailMessageMarkSuppressedParams) (bool, error) {
+	n, err := run(ctx, q, true, func() (int64, error) {
+		return sqlc.EmailMessageMarkSuppressed(ctx, q.dbtx, dbsqlc.EmailMessageMarkSuppressedParams(*params))
+	})
+	return n > 0, wrap("marking email message suppressed", err)
+}
+
+// EmailMessageSetLifecycle implements db.Queries. It writes given values, so it may run again.
+func (q *queries) EmailMessageSetLifecycle(ctx context.Context, params *db.EmailMessageLifecycleParams) error {
+	n, err := run(ctx, q, true, func() (int64, error) {
+		return sqlc.EmailMessageSetLifecycle(ctx, q.dbtx, dbsqlc.EmailMessageSetLifecycleParams(*params))
+	})
+	return updated("setting email message lifecycle", n, err)
+}
+
+// EmailSuppressionDelete implements db.Queries.
+func (q *queries) EmailSuppressionDelete(ctx context.Context, addressHash []byte) (bool, error) {
+	n, err := run(ctx, q, true, func() (int64, error) {
+		return sqlc.EmailSuppressionDelete(ctx, q.dbtx, addressHash)
+	})
+	return n > 0, wrap("deleting email suppression", err)
+}
+
+// EmailSuppressionGet implements db.Queries.
+func (q *queries) EmailSuppressionGet(ctx context.Context, addressHash []byte) (*db.EmailSuppression, error) {
+	suppression, err := run(ctx, q, true, func() (*dbsqlc.EmailSuppression, error) {
+		return sqlc.EmailSuppressionGet(ctx, q.dbtx, addressHash)
+	})
+	return (*db.EmailSuppression)(suppression), wrap("getting email suppression", err)
+}
+
+// EmailSuppressionInsert implements db.Queries. An address on the list already is left as it
+// is, so it may run again.
+func (q *queries) EmailSuppressionInsert(ctx context.Context, params *db.EmailSuppressionInsertParams) error {
+	_, err := run(ctx, q, true, func() (struct{}, error) {
+		return struct{}{}, sqlc.EmailSuppressionInsert(ctx, q.dbtx, dbsqlc.EmailSuppressionInsertParams(*params))
+	})
+	return wrap("inserting email suppression", err)
+}
+
+// EmailSuppressionList implements db.Queries.
+func (q *queries) EmailSuppressionList(ctx context.Context, params *db.EmailSuppressionListParams) ([]*db.EmailSuppression, error) {
+	rows, err := run(ctx, q, true, func() ([]*dbsqlc.EmailSuppression, error) {
+		return sqlc.EmailSuppressionList(ctx, q.dbtx, dbsqlc.EmailSuppressionListParams{
+			BeforeAt:   params.BeforeAt,
+			BeforeHash: params.BeforeHash,
+			Max:        int64(params.Max),
+		})
+	})
+	if err != nil {
+		return nil, wrap("listing email suppressions", err)
+	}
+	suppressions := make([]*db.EmailSuppression, len(rows))
+	for i, row := range rows {
+		suppressions[i] = (*db.EmailSuppression)(row)
+	}
+	return suppressions, nil
+}
+
 // EmailTokenConsume implements db.Queries.
 func (q *queries) EmailTokenConsume(ctx context.Context, tokenHash []byte, purpose db.TokenPurpose, now time.Time) (int64, error) {
 	userID, err := run(ctx, q, false, func() (int64, error) {
@@ -166,6 +249,26 @@ func (q *queries) RateLimitCounterDeleteExpired(ctx context.Context, before time
 		return sqlc.RateLimitCounterDeleteExpired(ctx, q.dbtx, dbsqlc.RateLimitCounterDeleteExpiredParams{Before: before, Max: int64(limit)})
 	})
 	return n, wrap("deleting expired rate limit counters", err)
+}
+
+// WebhookEventDeleteBefore implements db.Queries.
+func (q *queries) WebhookEventDeleteBefore(ctx context.Context, before time.Time, limit int) (int64, error) {
+	n, err := run(ctx, q, false, func() (int64, error) {
+		return sqlc.WebhookEventDeleteBefore(ctx, q.dbtx, dbsqlc.WebhookEventDeleteBeforeParams{Before: before, Max: int64(limit)})
+	})
+	return n, wrap("deleting old webhook events", err)
+}
+
+// WebhookEventInsert implements db.Queries. Not run again after a lost answer: the second run
+// would take the first's row for a replay.
+func (q *queries) WebhookEventInsert(ctx context.Context, svixID string, now time.Time) error {
+	n, err := run(ctx, q, false, func() (int64, error) {
+		return sqlc.WebhookEventInsert(ctx, q.dbtx, dbsqlc.WebhookEventInsertParams{SvixID: svixID, Now: now})
+	})
+	if err == nil && n == 0 {
+		return fmt.Errorf("error recording webhook event %q: %w", svixID, db.ErrExists)
+	}
+	return wrap("recording webhook event", err)
 }
 
 // SendPacerReserve implements db.Queries: in one statement shared by every process, on the

@@ -201,6 +201,56 @@ func (q *queries) EmailMessageDeleteBefore(ctx context.Context, before time.Time
 	return counted(sqlc.EmailMessageDeleteBefore(ctx, q.dbtx, dbsqlc.EmailMessageDeleteBeforeParams{Before: us(before), Max: int64(limit)}))("deleting old email messages")
 }
 
+// EmailMessageGetByProviderID implements db.Queries.
+func (q *queries) EmailMessageGetByProviderID(ctx context.Context, providerID string) (*db.EmailMessage, error) {
+	row, err := sqlc.EmailMessageGetByProviderID(ctx, q.dbtx, &providerID)
+	return emailMessage(row, err, "getting email message by provider id")
+}
+
+// EmailMessageSetLifecycle implements db.Queries.
+func (q *queries) EmailMessageSetLifecycle(ctx context.Context, params *db.EmailMessageLifecycleParams) error {
+	return mustUpdate(sqlc.EmailMessageSetLifecycle(ctx, q.dbtx, dbsqlc.EmailMessageSetLifecycleParams{
+		Status:        params.Status,
+		StatusAt:      usPtr(params.StatusAt),
+		SentAt:        usPtr(params.SentAt),
+		DeliveredAt:   usPtr(params.DeliveredAt),
+		DelayedAt:     usPtr(params.DelayedAt),
+		BouncedAt:     usPtr(params.BouncedAt),
+		ComplainedAt:  usPtr(params.ComplainedAt),
+		SuppressedAt:  usPtr(params.SuppressedAt),
+		FailedAt:      usPtr(params.FailedAt),
+		BounceType:    params.BounceType,
+		BounceSubType: params.BounceSubType,
+		Now:           us(params.Now),
+		JobID:         params.JobID,
+	}))("setting email message lifecycle")
+}
+
+// EmailMessageMarkSuppressed implements db.Queries.
+func (q *queries) EmailMessageMarkSuppressed(ctx context.Context, params *db.EmailMessageMarkSuppressedParams) (bool, error) {
+	n, err := sqlc.EmailMessageMarkSuppressed(ctx, q.dbtx, dbsqlc.EmailMessageMarkSuppressedParams{
+		JobID:          params.JobID,
+		Kind:           params.Kind,
+		UserID:         params.UserID,
+		IdempotencyKey: params.IdempotencyKey,
+		Now:            us(params.Now),
+	})
+	return n > 0, failed("marking email message suppressed", err)
+}
+
+// EmailMessageListByUser implements db.Queries.
+func (q *queries) EmailMessageListByUser(ctx context.Context, userID int64, limit int) ([]*db.EmailMessage, error) {
+	rows, err := sqlc.EmailMessageListByUser(ctx, q.dbtx, dbsqlc.EmailMessageListByUserParams{UserID: userID, Max: int64(limit)})
+	if err != nil {
+		return nil, failed("listing a user's email messages", err)
+	}
+	messages := make([]*db.EmailMessage, len(rows))
+	for i, row := range rows {
+		messages[i], _ = emailMessage(row, nil, "")
+	}
+	return messages, nil
+}
+
 func emailMessage(row *dbsqlc.EmailMessage, err error, doing string) (*db.EmailMessage, error) {
 	if err != nil {
 		return nil, failed(doing, err)
@@ -216,9 +266,91 @@ func emailMessage(row *dbsqlc.EmailMessage, err error, doing string) (*db.EmailM
 		AcceptedAt:     atPtr(row.AcceptedAt),
 		CreatedAt:      at(row.CreatedAt),
 		UpdatedAt:      at(row.UpdatedAt),
+		StatusAt:       atPtr(row.StatusAt),
+		SentAt:         atPtr(row.SentAt),
+		DeliveredAt:    atPtr(row.DeliveredAt),
+		DelayedAt:      atPtr(row.DelayedAt),
+		BouncedAt:      atPtr(row.BouncedAt),
+		ComplainedAt:   atPtr(row.ComplainedAt),
+		SuppressedAt:   atPtr(row.SuppressedAt),
+		FailedAt:       atPtr(row.FailedAt),
+		BounceType:     row.BounceType,
+		BounceSubType:  row.BounceSubType,
 		Locale:         row.Locale,
 		PayloadSHA256:  row.PayloadSHA256,
 	}, nil
+}
+
+// Email suppressions and webhook events.
+
+// EmailSuppressionInsert implements db.Queries.
+func (q *queries) EmailSuppressionInsert(ctx context.Context, params *db.EmailSuppressionInsertParams) error {
+	err := sqlc.EmailSuppressionInsert(ctx, q.dbtx, dbsqlc.EmailSuppressionInsertParams{
+		AddressHash:  params.AddressHash,
+		Reason:       params.Reason,
+		Detail:       params.Detail,
+		EmailID:      params.EmailID,
+		SuppressedAt: us(params.SuppressedAt),
+		Now:          us(params.Now),
+	})
+	return failed("inserting email suppression", err)
+}
+
+// EmailSuppressionGet implements db.Queries.
+func (q *queries) EmailSuppressionGet(ctx context.Context, addressHash []byte) (*db.EmailSuppression, error) {
+	row, err := sqlc.EmailSuppressionGet(ctx, q.dbtx, addressHash)
+	if err != nil {
+		return nil, failed("getting email suppression", err)
+	}
+	return emailSuppression(row), nil
+}
+
+// EmailSuppressionDelete implements db.Queries.
+func (q *queries) EmailSuppressionDelete(ctx context.Context, addressHash []byte) (bool, error) {
+	n, err := sqlc.EmailSuppressionDelete(ctx, q.dbtx, addressHash)
+	return n > 0, failed("deleting email suppression", err)
+}
+
+// EmailSuppressionList implements db.Queries.
+func (q *queries) EmailSuppressionList(ctx context.Context, params *db.EmailSuppressionListParams) ([]*db.EmailSuppression, error) {
+	rows, err := sqlc.EmailSuppressionList(ctx, q.dbtx, dbsqlc.EmailSuppressionListParams{
+		BeforeAt:   us(params.BeforeAt),
+		BeforeHash: params.BeforeHash,
+		Max:        int64(params.Max),
+	})
+	if err != nil {
+		return nil, failed("listing email suppressions", err)
+	}
+	suppressions := make([]*db.EmailSuppression, len(rows))
+	for i, row := range rows {
+		suppressions[i] = emailSuppression(row)
+	}
+	return suppressions, nil
+}
+
+func emailSuppression(row *dbsqlc.EmailSuppression) *db.EmailSuppression {
+	return &db.EmailSuppression{
+		AddressHash:  row.AddressHash,
+		Reason:       row.Reason,
+		Detail:       row.Detail,
+		EmailID:      row.EmailID,
+		SuppressedAt: at(row.SuppressedAt),
+		CreatedAt:    at(row.CreatedAt),
+	}
+}
+
+// WebhookEventInsert implements db.Queries.
+func (q *queries) WebhookEventInsert(ctx context.Context, svixID string, now time.Time) error {
+	n, err := sqlc.WebhookEventInsert(ctx, q.dbtx, dbsqlc.WebhookEventInsertParams{SvixID: svixID, Now: us(now)})
+	if err == nil && n == 0 {
+		return fmt.Errorf("error recording webhook event %q: %w", svixID, db.ErrExists)
+	}
+	return failed("recording webhook event", err)
+}
+
+// WebhookEventDeleteBefore implements db.Queries.
+func (q *queries) WebhookEventDeleteBefore(ctx context.Context, before time.Time, limit int) (int64, error) {
+	return counted(sqlc.WebhookEventDeleteBefore(ctx, q.dbtx, dbsqlc.WebhookEventDeleteBeforeParams{Before: us(before), Max: int64(limit)}))("deleting old webhook events")
 }
 
 // Rate-limit counters and the send pacer.
@@ -313,6 +445,14 @@ func mustUpdate(n int64, err error) func(doing string) error {
 func us(t time.Time) int64 { return t.UnixMicro() }
 
 func at(us int64) time.Time { return time.UnixMicro(us).UTC() }
+
+func usPtr(t *time.Time) *int64 {
+	if t == nil {
+		return nil
+	}
+	v := us(*t)
+	return &v
+}
 
 func atPtr(us *int64) *time.Time {
 	if us == nil {

@@ -48,14 +48,85 @@ WHERE job_id = @job_id
     AND accepted_at IS NULL;
 
 -- name: EmailMessageMarkAccepted :execrows
--- EmailMessageMarkAccepted records that the provider accepted a message (status sent) and the id
--- it gave it. The first acceptance stays.
+-- EmailMessageMarkAccepted records that the provider accepted a message (status sent, its own
+-- status, so status_at is NULL) and the id it gave it. The first acceptance stays, and so does
+-- whatever status the provider's events have set since.
 UPDATE email_messages
-SET status = 'sent',
+SET status = CASE WHEN accepted_at IS NULL THEN 'sent' ELSE status END,
+    status_at = CASE WHEN accepted_at IS NULL THEN NULL ELSE status_at END,
     provider_id = coalesce(provider_id, @provider_id),
     accepted_at = coalesce(accepted_at, @now),
+    sent_at = coalesce(sent_at, @now),
     updated_at = @now
 WHERE job_id = @job_id;
+
+-- name: EmailMessageGetByProviderID :one
+-- EmailMessageGetByProviderID finds the message the provider gave an id (the newest, should a
+-- sender have repeated one). Two events of one message apply one after the other: the caller's
+-- transaction (BEGIN IMMEDIATE) holds the database's write lock.
+SELECT *
+FROM email_messages
+WHERE provider_id = @provider_id
+ORDER BY job_id DESC
+LIMIT 1;
+
+-- name: EmailMessageSetLifecycle :execrows
+-- EmailMessageSetLifecycle writes a message's status and the times of its statuses, as merged
+-- from a provider event by the caller (under EmailMessageGetByProviderID's lock).
+UPDATE email_messages
+SET status = @status,
+    status_at = sqlc.narg(status_at),
+    sent_at = sqlc.narg(sent_at),
+    delivered_at = sqlc.narg(delivered_at),
+    delayed_at = sqlc.narg(delayed_at),
+    bounced_at = sqlc.narg(bounced_at),
+    complained_at = sqlc.narg(complained_at),
+    suppressed_at = sqlc.narg(suppressed_at),
+    failed_at = sqlc.narg(failed_at),
+    bounce_type = sqlc.narg(bounce_type),
+    bounce_sub_type = sqlc.narg(bounce_sub_type),
+    updated_at = @now
+WHERE job_id = @job_id;
+
+-- name: EmailMessageMarkSuppressed :execrows
+-- EmailMessageMarkSuppressed records that a job's mail was not sent because its address is
+-- suppressed: a new message row with status suppressed, or an unaccepted one turned so. A
+-- message the provider accepted already is left as it is (no row changes).
+INSERT INTO email_messages (
+    job_id,
+    kind,
+    user_id,
+    idempotency_key,
+    key_created_at,
+    status,
+    suppressed_at,
+    created_at,
+    updated_at
+) VALUES (
+    @job_id,
+    @kind,
+    @user_id,
+    @idempotency_key,
+    @now,
+    'suppressed',
+    @now,
+    @now,
+    @now
+)
+ON CONFLICT (job_id) DO UPDATE
+SET status = 'suppressed',
+    status_at = NULL,
+    suppressed_at = coalesce(email_messages.suppressed_at, excluded.suppressed_at),
+    updated_at = excluded.updated_at
+WHERE email_messages.accepted_at IS NULL;
+
+-- name: EmailMessageListByUser :many
+-- EmailMessageListByUser lists a user's newest @max messages, newest first.
+SELECT *
+FROM email_messages
+WHERE user_id = @user_id
+ORDER BY created_at DESC, job_id DESC
+LIMIT @max;
 
 -- name: EmailMessageDeleteBefore :execrows
 -- EmailMessageDeleteBefore deletes up to @max message rows created before @before.

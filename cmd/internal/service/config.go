@@ -70,6 +70,10 @@ type Config struct {
 	RiverUIUsername string
 	RiverUIPassword string
 
+	// ResendWebhookSecret is RESEND_WEBHOOK_SECRET ("whsec_…"); "" leaves the webhook unmounted.
+	ResendWebhookSecret string
+	// AdminToken is ADMIN_TOKEN (at least 32 bytes); "" leaves /v1/admin unmounted.
+	AdminToken string
 	// LimitsToken is LIMITS_API_TOKEN, the bearer token of /v1/limits; "" serves no limits API.
 	LimitsToken string
 

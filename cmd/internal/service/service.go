@@ -267,6 +267,9 @@ func (s *Service) handler(secret []byte, opts *Opts) (http.Handler, error) {
 		RiverUIPassword: config.RiverUIPassword,
 		LimitsToken:     config.LimitsToken,
 		DevMail:         s.DevMail,
+
+		ResendWebhookSecret: config.ResendWebhookSecret,
+		AdminToken:          config.AdminToken,
 	}
 	if opts.APIConfigFunc != nil {
 		opts.APIConfigFunc(apiConfig)

@@ -36,7 +36,7 @@ func (q *Queries) EmailMessageDeleteBefore(ctx context.Context, db DBTX, arg Ema
 }
 
 const emailMessageGetByJob = `-- name: EmailMessageGetByJob :one
-SELECT job_id, kind, user_id, idempotency_key, key_created_at, status, provider_id, accepted_at, created_at, updated_at, locale, payload_sha256
+SELECT job_id, kind, user_id, idempotency_key, key_created_at, status, provider_id, accepted_at, created_at, updated_at, status_at, sent_at, delivered_at, delayed_at, bounced_at, complained_at, suppressed_at, failed_at, bounce_type, bounce_sub_type, locale, payload_sha256
 FROM email_messages
 WHERE job_id = $1::bigint
 `
@@ -56,6 +56,58 @@ func (q *Queries) EmailMessageGetByJob(ctx context.Context, db DBTX, jobID int64
 		&i.AcceptedAt,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.StatusAt,
+		&i.SentAt,
+		&i.DeliveredAt,
+		&i.DelayedAt,
+		&i.BouncedAt,
+		&i.ComplainedAt,
+		&i.SuppressedAt,
+		&i.FailedAt,
+		&i.BounceType,
+		&i.BounceSubType,
+		&i.Locale,
+		&i.PayloadSHA256,
+	)
+	return &i, err
+}
+
+const emailMessageGetByProviderID = `-- name: EmailMessageGetByProviderID :one
+SELECT job_id, kind, user_id, idempotency_key, key_created_at, status, provider_id, accepted_at, created_at, updated_at, status_at, sent_at, delivered_at, delayed_at, bounced_at, complained_at, suppressed_at, failed_at, bounce_type, bounce_sub_type, locale, payload_sha256
+FROM email_messages
+WHERE provider_id = $1::text
+ORDER BY job_id DESC
+LIMIT 1
+FOR UPDATE
+`
+
+// EmailMessageGetByProviderID finds the message the provider gave an id (the newest, should a
+// sender have repeated one), locked until the end of the transaction, so that two events of one
+// message apply one after the other.
+func (q *Queries) EmailMessageGetByProviderID(ctx context.Context, db DBTX, providerID string) (*EmailMessage, error) {
+	row := db.QueryRow(ctx, emailMessageGetByProviderID, providerID)
+	var i EmailMessage
+	err := row.Scan(
+		&i.JobID,
+		&i.Kind,
+		&i.UserID,
+		&i.IdempotencyKey,
+		&i.KeyCreatedAt,
+		&i.Status,
+		&i.ProviderID,
+		&i.AcceptedAt,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+		&i.StatusAt,
+		&i.SentAt,
+		&i.DeliveredAt,
+		&i.DelayedAt,
+		&i.BouncedAt,
+		&i.ComplainedAt,
+		&i.SuppressedAt,
+		&i.FailedAt,
+		&i.BounceType,
+		&i.BounceSubType,
 		&i.Locale,
 		&i.PayloadSHA256,
 	)
@@ -87,7 +139,7 @@ INSERT INTO email_messages (
     $5::timestamptz
 )
 ON CONFLICT (job_id) DO NOTHING
-RETURNING job_id, kind, user_id, idempotency_key, key_created_at, status, provider_id, accepted_at, created_at, updated_at, locale, payload_sha256
+RETURNING job_id, kind, user_id, idempotency_key, key_created_at, status, provider_id, accepted_at, created_at, updated_at, status_at, sent_at, delivered_at, delayed_at, bounced_at, complained_at, suppressed_at, failed_at, bounce_type, bounce_sub_type, locale, payload_sha256
 `
 
 type EmailMessageInsertParams struct {
@@ -125,17 +177,86 @@ func (q *Queries) EmailMessageInsert(ctx context.Context, db DBTX, arg EmailMess
 		&i.AcceptedAt,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.StatusAt,
+		&i.SentAt,
+		&i.DeliveredAt,
+		&i.DelayedAt,
+		&i.BouncedAt,
+		&i.ComplainedAt,
+		&i.SuppressedAt,
+		&i.FailedAt,
+		&i.BounceType,
+		&i.BounceSubType,
 		&i.Locale,
 		&i.PayloadSHA256,
 	)
 	return &i, err
 }
 
+const emailMessageListByUser = `-- name: EmailMessageListByUser :many
+SELECT job_id, kind, user_id, idempotency_key, key_created_at, status, provider_id, accepted_at, created_at, updated_at, status_at, sent_at, delivered_at, delayed_at, bounced_at, complained_at, suppressed_at, failed_at, bounce_type, bounce_sub_type, locale, payload_sha256
+FROM email_messages
+WHERE user_id = $1::bigint
+ORDER BY created_at DESC, job_id DESC
+LIMIT $2::bigint
+`
+
+type EmailMessageListByUserParams struct {
+	UserID int64
+	Max    int64
+}
+
+// EmailMessageListByUser lists a user's newest @max messages, newest first.
+func (q *Queries) EmailMessageListByUser(ctx context.Context, db DBTX, arg EmailMessageListByUserParams) ([]*EmailMessage, error) {
+	rows, err := db.Query(ctx, emailMessageListByUser, arg.UserID, arg.Max)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []*EmailMessage
+	for rows.Next() {
+		var i EmailMessage
+		if err := rows.Scan(
+			&i.JobID,
+			&i.Kind,
+			&i.UserID,
+			&i.IdempotencyKey,
+			&i.KeyCreatedAt,
+			&i.Status,
+			&i.ProviderID,
+			&i.AcceptedAt,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.StatusAt,
+			&i.SentAt,
+			&i.DeliveredAt,
+			&i.DelayedAt,
+			&i.BouncedAt,
+			&i.ComplainedAt,
+			&i.SuppressedAt,
+			&i.FailedAt,
+			&i.BounceType,
+			&i.BounceSubType,
+			&i.Locale,
+			&i.PayloadSHA256,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, &i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const emailMessageMarkAccepted = `-- name: EmailMessageMarkAccepted :execrows
 UPDATE email_messages
-SET status = 'sent',
+SET status = CASE WHEN accepted_at IS NULL THEN 'sent' ELSE status END,
+    status_at = CASE WHEN accepted_at IS NULL THEN NULL ELSE status_at END,
     provider_id = coalesce(provider_id, $1::text),
     accepted_at = coalesce(accepted_at, $2::timestamptz),
+    sent_at = coalesce(sent_at, $2::timestamptz),
     updated_at = $2::timestamptz
 WHERE job_id = $3::bigint
 `
@@ -146,10 +267,66 @@ type EmailMessageMarkAcceptedParams struct {
 	JobID      int64
 }
 
-// EmailMessageMarkAccepted records that the provider accepted a message (status sent) and the id
-// it gave it. The first acceptance stays.
+// EmailMessageMarkAccepted records that the provider accepted a message (status sent, its own
+// status, so status_at is NULL) and the id it gave it. The first acceptance stays, and so does
+// whatever status the provider's events have set since.
 func (q *Queries) EmailMessageMarkAccepted(ctx context.Context, db DBTX, arg EmailMessageMarkAcceptedParams) (int64, error) {
 	result, err := db.Exec(ctx, emailMessageMarkAccepted, arg.ProviderID, arg.Now, arg.JobID)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const emailMessageMarkSuppressed = `-- name: EmailMessageMarkSuppressed :execrows
+INSERT INTO email_messages (
+    job_id,
+    kind,
+    user_id,
+    idempotency_key,
+    key_created_at,
+    status,
+    suppressed_at,
+    created_at,
+    updated_at
+) VALUES (
+    $1::bigint,
+    $2::text,
+    $3::bigint,
+    $4::text,
+    $5::timestamptz,
+    'suppressed',
+    $5::timestamptz,
+    $5::timestamptz,
+    $5::timestamptz
+)
+ON CONFLICT (job_id) DO UPDATE
+SET status = 'suppressed',
+    status_at = NULL,
+    suppressed_at = coalesce(email_messages.suppressed_at, excluded.suppressed_at),
+    updated_at = excluded.updated_at
+WHERE email_messages.accepted_at IS NULL
+`
+
+type EmailMessageMarkSuppressedParams struct {
+	JobID          int64
+	Kind           string
+	UserID         int64
+	IdempotencyKey string
+	Now            time.Time
+}
+
+// EmailMessageMarkSuppressed records that a job's mail was not sent because its address is
+// suppressed: a new message row with status suppressed, or an unaccepted one turned so. A
+// message the provider accepted already is left as it is (no row changes).
+func (q *Queries) EmailMessageMarkSuppressed(ctx context.Context, db DBTX, arg EmailMessageMarkSuppressedParams) (int64, error) {
+	result, err := db.Exec(ctx, emailMessageMarkSuppressed,
+		arg.JobID,
+		arg.Kind,
+		arg.UserID,
+		arg.IdempotencyKey,
+		arg.Now,
+	)
 	if err != nil {
 		return 0, err
 	}
@@ -184,6 +361,63 @@ func (q *Queries) EmailMessageRekey(ctx context.Context, db DBTX, arg EmailMessa
 		arg.Now,
 		arg.Locale,
 		arg.PayloadSHA256,
+		arg.JobID,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const emailMessageSetLifecycle = `-- name: EmailMessageSetLifecycle :execrows
+UPDATE email_messages
+SET status = $1::text,
+    status_at = $2::timestamptz,
+    sent_at = $3::timestamptz,
+    delivered_at = $4::timestamptz,
+    delayed_at = $5::timestamptz,
+    bounced_at = $6::timestamptz,
+    complained_at = $7::timestamptz,
+    suppressed_at = $8::timestamptz,
+    failed_at = $9::timestamptz,
+    bounce_type = $10::text,
+    bounce_sub_type = $11::text,
+    updated_at = $12::timestamptz
+WHERE job_id = $13::bigint
+`
+
+type EmailMessageSetLifecycleParams struct {
+	Status        string
+	StatusAt      *time.Time
+	SentAt        *time.Time
+	DeliveredAt   *time.Time
+	DelayedAt     *time.Time
+	BouncedAt     *time.Time
+	ComplainedAt  *time.Time
+	SuppressedAt  *time.Time
+	FailedAt      *time.Time
+	BounceType    *string
+	BounceSubType *string
+	Now           time.Time
+	JobID         int64
+}
+
+// EmailMessageSetLifecycle writes a message's status and the times of its statuses, as merged
+// from a provider event by the caller (under EmailMessageGetByProviderID's lock).
+func (q *Queries) EmailMessageSetLifecycle(ctx context.Context, db DBTX, arg EmailMessageSetLifecycleParams) (int64, error) {
+	result, err := db.Exec(ctx, emailMessageSetLifecycle,
+		arg.Status,
+		arg.StatusAt,
+		arg.SentAt,
+		arg.DeliveredAt,
+		arg.DelayedAt,
+		arg.BouncedAt,
+		arg.ComplainedAt,
+		arg.SuppressedAt,
+		arg.FailedAt,
+		arg.BounceType,
+		arg.BounceSubType,
+		arg.Now,
 		arg.JobID,
 	)
 	if err != nil {

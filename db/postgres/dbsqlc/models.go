@@ -21,8 +21,27 @@ type EmailMessage struct {
 	AcceptedAt     *time.Time
 	CreatedAt      time.Time
 	UpdatedAt      time.Time
+	StatusAt       *time.Time
+	SentAt         *time.Time
+	DeliveredAt    *time.Time
+	DelayedAt      *time.Time
+	BouncedAt      *time.Time
+	ComplainedAt   *time.Time
+	SuppressedAt   *time.Time
+	FailedAt       *time.Time
+	BounceType     *string
+	BounceSubType  *string
 	Locale         string
 	PayloadSHA256  []byte
+}
+
+type EmailSuppression struct {
+	AddressHash  []byte
+	Reason       string
+	Detail       string
+	EmailID      string
+	SuppressedAt time.Time
+	CreatedAt    time.Time
 }
 
 type EmailToken struct {
@@ -65,4 +84,9 @@ type User struct {
 	CreatedAt       time.Time
 	UpdatedAt       time.Time
 	Locale          string
+}
+
+type WebhookEvent struct {
+	SvixID     string
+	ReceivedAt time.Time
 }

@@ -19,8 +19,27 @@ type EmailMessage struct {
 	AcceptedAt     *int64
 	CreatedAt      int64
 	UpdatedAt      int64
+	StatusAt       *int64
+	SentAt         *int64
+	DeliveredAt    *int64
+	DelayedAt      *int64
+	BouncedAt      *int64
+	ComplainedAt   *int64
+	SuppressedAt   *int64
+	FailedAt       *int64
+	BounceType     *string
+	BounceSubType  *string
 	Locale         string
 	PayloadSHA256  []byte
+}
+
+type EmailSuppression struct {
+	AddressHash  []byte
+	Reason       string
+	Detail       string
+	EmailID      string
+	SuppressedAt int64
+	CreatedAt    int64
 }
 
 type EmailToken struct {
@@ -64,4 +83,9 @@ type User struct {
 	CreatedAt       int64
 	UpdatedAt       int64
 	Locale          string
+}
+
+type WebhookEvent struct {
+	SvixID     string
+	ReceivedAt int64
 }

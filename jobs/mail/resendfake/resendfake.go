@@ -1,6 +1,7 @@
 // Package resendfake is an in-process fake of Resend's POST /emails, served
 // by httptest, for the tests of every package that sends mail (and the load
-// and fault tools, which pass a nil testing.TB).
+// and fault tools, which pass a nil testing.TB), and of the webhooks Resend
+// sends about the mail it accepted.
 //
 // It answers like Resend: 200 {"id":"<uuid>"} for an accepted email and
 // {"statusCode":…,"name":…,"message":…} errors otherwise, keeps Resend's
@@ -9,6 +10,15 @@
 // still in progress → 409 concurrent_idempotent_requests), can be scripted
 // with Enqueue, can enforce a per-second rate budget (429 with Retry-After),
 // and can delay its answers. It is safe for concurrent use.
+//
+// For a delivery it accepted, Event builds a webhook event shaped as Resend's
+// (delivered, delayed, bounced permanently or transiently, complained,
+// suppressed, failed…), and SendWebhook or WebhookRequest delivers it to a URL
+// the test gives, signed as Svix signs Resend's: headers svix-id,
+// svix-timestamp and svix-signature ("v1," and a base64 HMAC-SHA256), under
+// WebhookSecret, or under two secrets after RotateWebhookSecret. The fake signs
+// with its own code; the service checks with a library, so the two cannot
+// agree by sharing a mistake.
 package resendfake
 
 import (
@@ -81,10 +91,16 @@ type Config struct {
 	RatePerSecond int
 
 	// NowFunc returns the current time: when each request arrived
-	// (Request.ReceivedAt) and which ones share a rate window. Defaults to
+	// (Request.ReceivedAt) and which ones share a rate window, and the
+	// default time of webhook events and of their signatures. Defaults to
 	// time.Now; a test stubs it to put requests in one window, or in
 	// separate ones, whatever the machine's speed.
 	NowFunc func() time.Time
+
+	// WebhookSecret signs the webhooks the fake sends, a secret as Resend
+	// gives them ("whsec_" and base64). Empty makes a new one; see
+	// Server.WebhookSecret.
+	WebhookSecret string
 }
 
 // Delivery is an email the fake accepted: one per idempotency key (or per
@@ -168,6 +184,8 @@ type Server struct {
 	keys       map[string]*keyState // idempotency keys seen
 	requests   []*Request           // every request received
 	scripted   []Response           // FIFO of scripted answers
+
+	webhookSecrets []string // the secrets webhooks are signed with, newest last
 }
 
 // now is the fake's clock (Config.NowFunc).
@@ -197,6 +215,10 @@ func New(tb testing.TB, config *Config) *Server {
 		closed: make(chan struct{}),
 		config: *config,
 		keys:   make(map[string]*keyState),
+	}
+	s.webhookSecrets = []string{config.WebhookSecret}
+	if config.WebhookSecret == "" {
+		s.webhookSecrets[0] = NewWebhookSecret()
 	}
 	s.httpServer = httptest.NewServer(http.HandlerFunc(s.serveHTTP))
 
