@@ -2,7 +2,6 @@ package api
 
 import (
 	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
@@ -53,38 +52,10 @@ func (s *server) mountAdmin(v1 *gin.RouterGroup, token string) {
 	admin.DELETE("/suppressions/:email", s.handle(s.adminDeleteSuppression))
 }
 
-// adminAuth checks the request's bearer token against token in constant time: it compares
-// SHA-256 digests (equal lengths whatever was sent). Without the header, or with another token,
-// the answer is 401 with a WWW-Authenticate Bearer challenge (RFC 6750). Cookies are never read:
-// a browser cannot lend its credentials to another site's page. There is no rate limit: the
-// token is at least 32 bytes, so guessing it is hopeless, and a refusal costs no database work.
+// adminAuth is the admin API's bearer check (see bearerAuth). There is no rate limit: the token
+// is at least 32 bytes, so guessing it is hopeless, and a refusal costs no database work.
 func adminAuth(token string) handlerFunc {
-	want := sha256.Sum256([]byte(token))
-	return func(c *gin.Context) error {
-		c.Header("Cache-Control", "no-store")
-		presented, ok := bearerToken(c.Request)
-		got := sha256.Sum256([]byte(presented))
-		if subtle.ConstantTimeCompare(got[:], want[:]) == 1 && ok {
-			return nil
-		}
-		challenge := `Bearer realm="` + adminRealm + `"`
-		if ok {
-			challenge += `, error="invalid_token"`
-		}
-		c.Header("WWW-Authenticate", challenge)
-		return errAdminUnauthorized
-	}
-}
-
-// bearerToken is the token of an "Authorization: Bearer <token>" header (the scheme in any
-// case); ok is false without one.
-func bearerToken(r *http.Request) (token string, ok bool) {
-	scheme, token, found := strings.Cut(r.Header.Get("Authorization"), " ")
-	if !found || !strings.EqualFold(scheme, "Bearer") {
-		return "", false
-	}
-	token = strings.TrimSpace(token)
-	return token, token != ""
+	return bearerAuth(token, adminRealm, errAdminUnauthorized)
 }
 
 // adminMessage is one mail of a user as the admin API shows it: its kind, status and the time

@@ -1,8 +1,8 @@
 // Package api is postguard's HTTP interface: a Gin router with the auth routes of docs/api.md
 // (register, verify-email, resend-verification, forgot-password, reset-password, unsubscribe),
 // Resend's delivery webhook (each mail's lifecycle and the suppression list), the admin API
-// behind a bearer token, health and metrics routes, the OpenAPI document, and River UI behind
-// basic auth.
+// and the limits API (custom rate-limit actions) behind bearer tokens, health and metrics
+// routes, the OpenAPI document, and River UI behind basic auth.
 //
 // Every error leaves through one place (writeError) as an RFC 9457 application/problem+json body,
 // or as a small HTML page when the request came from one of the service's own HTML forms.
@@ -48,9 +48,13 @@ type Config struct {
 	// enough) before a request inserts a job.
 	Store db.Store
 
-	// Limiter enforces the rate-limit rules of register, forgot-password and
-	// resend-verification.
+	// Limiter enforces the rate-limit rules of the auth routes, River UI's logins and the custom
+	// actions of the limits API.
 	Limiter *abuse.Limiter
+
+	// LimitsToken is LIMITS_API_TOKEN, the bearer token of /v1/limits/{action} (at least
+	// MinLimitsTokenLen bytes). "" serves no limits API: those routes answer 404.
+	LimitsToken string
 
 	// IPResolver finds a request's client IP for the limiter. nil means abuse.NewIPResolver(nil):
 	// the TCP peer, no proxy trusted.
@@ -174,6 +178,9 @@ func New(config *Config) (*gin.Engine, error) {
 	if len(config.Secret) == 0 {
 		return nil, errors.New("api: Config.Secret is required (APP_SECRET)")
 	}
+	if config.LimitsToken != "" && len(config.LimitsToken) < MinLimitsTokenLen {
+		return nil, fmt.Errorf("api: Config.LimitsToken must be at least %d bytes (LIMITS_API_TOKEN)", MinLimitsTokenLen)
+	}
 	s, engine, err := newServer(config)
 	if err != nil {
 		return nil, err
@@ -209,6 +216,9 @@ func New(config *Config) (*gin.Engine, error) {
 	}
 	if config.AdminToken != "" {
 		s.mountAdmin(v1, config.AdminToken)
+	}
+	if config.LimitsToken != "" {
+		s.mountLimits(v1, config.LimitsToken)
 	}
 
 	s.mountHealth(engine)

@@ -227,7 +227,7 @@ func (s *server) allowQuietly(c *gin.Context, action abuse.Action, email string)
 // spend asks the limiter to spend one request of action for the client's IP and email.
 func (s *server) spend(c *gin.Context, action abuse.Action, email string) (*abuse.Decision, error) {
 	ip := s.ips.ClientIP(c.Request.RemoteAddr, c.Request.Header)
-	decision, err := s.limiter.Allow(c.Request.Context(), action, ip, email)
+	decision, err := s.limiter.Allow(c.Request.Context(), action, abuse.Subject{IP: ip, Email: email})
 	if err != nil {
 		// Fail closed: without the database there is nothing useful to do anyway.
 		return nil, fmt.Errorf("error checking rate limit: %w", err)

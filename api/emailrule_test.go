@@ -55,7 +55,7 @@ func startMailWorkers(t *testing.T, newStore dbtest.NewStoreFunc) *mailWorkers {
 	sender := &recordingSender{}
 	store := newStore(t, dbtest.WithRiverConfig(func(store db.Store) (*river.Config, error) {
 		riverConfig, err := jobs.NewRiverConfig(
-			&jobs.Deps{Store: store, Sender: sender, Logger: dbtest.Logger(t)},
+			&jobs.Deps{Store: store, Jobs: store.Jobs(), Sender: sender, Logger: dbtest.Logger(t)},
 			&jobs.Config{Secret: testSecret, AppURL: "http://localhost:8080", FetchCooldown: 5 * time.Millisecond, FetchPollInterval: 50 * time.Millisecond})
 		if err == nil {
 			riverConfig.PeriodicJobs = nil

@@ -45,7 +45,7 @@ func newFeedbackLoop(t *testing.T, newStore dbtest.NewStoreFunc) *feedbackLoop {
 	config := &jobs.Config{Secret: testSecret, AppURL: "http://localhost:8080", FetchCooldown: 5 * time.Millisecond, FetchPollInterval: 50 * time.Millisecond}
 	var deps *jobs.Deps
 	store := newStore(t, dbtest.WithRiverConfig(func(store db.Store) (*river.Config, error) {
-		deps = &jobs.Deps{Store: store, Sender: sender, Logger: dbtest.Logger(t), Registerer: jobsMetrics}
+		deps = &jobs.Deps{Store: store, Recipients: jobs.UserRecipients(store), Jobs: store.Jobs(), Sender: sender, Logger: dbtest.Logger(t), Registerer: jobsMetrics}
 		riverConfig, err := jobs.NewRiverConfig(deps, config)
 		if err == nil {
 			riverConfig.PeriodicJobs = nil

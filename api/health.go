@@ -167,7 +167,7 @@ func (s *server) riverUIAuth(username, password string) handlerFunc {
 		mu.Lock()
 		defer mu.Unlock()
 
-		decision, err := s.limiter.Peek(ctx, abuse.ActionRiverUILogin, ip, "")
+		decision, err := s.limiter.Peek(ctx, abuse.ActionRiverUILogin, abuse.Subject{IP: ip})
 		if err != nil {
 			return fmt.Errorf("error checking River UI's failed logins: %w", err)
 		}
@@ -180,7 +180,7 @@ func (s *server) riverUIAuth(username, password string) handlerFunc {
 			return nil
 		}
 		if presented {
-			decision, err := s.limiter.Allow(ctx, abuse.ActionRiverUILogin, ip, "")
+			decision, err := s.limiter.Allow(ctx, abuse.ActionRiverUILogin, abuse.Subject{IP: ip})
 			if err != nil {
 				return fmt.Errorf("error counting a failed River UI login: %w", err)
 			}

@@ -132,6 +132,7 @@ func TestServer_OpenAPI(t *testing.T) {
 	// Every optional route mounted.
 	bundle := newSQLiteBundle(t, &setupOpts{configFunc: func(config *Config) {
 		config.RiverUI, config.RiverUIUsername, config.RiverUIPassword = http.NotFoundHandler(), "u", "p"
+		config.LimitsToken = limitsToken
 		config.ResendWebhookSecret = resendfake.NewWebhookSecret()
 		config.AdminToken = testAdminToken
 		config.DevMail = mail.NewOutbox(0)

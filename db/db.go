@@ -2,7 +2,8 @@
 // api and jobs talk to, and writes once everything that does not depend on the engine: River's
 // client (built once, in NewStore), transactions that insert jobs with River's InsertTx, the
 // schema checks and migrations (River's through rivermigrate, the app's through goose), River
-// UI's endpoints. An Engine, in db/postgres or db/sqlite, supplies the rest: its connections,
+// UI's endpoints. Tables (NewTables) are the same without River, for a host app that runs River
+// itself on its own pool or *sql.DB. An Engine, in db/postgres or db/sqlite, supplies the rest: its connections,
 // its River driver, its transactions, and its sqlc queries with their time and error
 // conversions.
 //

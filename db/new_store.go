@@ -3,12 +3,10 @@ package db
 import (
 	"context"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"slices"
 	"strings"
 
-	"github.com/pressly/goose/v3"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivermigrate"
 	"github.com/riverqueue/river/rivertype"
@@ -41,15 +39,7 @@ func NewStore[TTx any](engine Engine[TTx], config *StoreConfig) (_ Store, err er
 	if config == nil {
 		config = &StoreConfig{}
 	}
-	s := &store[TTx]{
-		Queries:  engine.Queries(),
-		Counters: engine.Counters(),
-		engine:   engine,
-		logger:   config.Logger,
-	}
-	if s.logger == nil {
-		s.logger = slog.Default()
-	}
+	s := &store[TTx]{tables: newTables(engine, &TablesConfig{Logger: config.Logger})}
 
 	riverConfig := &river.Config{}
 	if config.RiverConfigFunc != nil {
@@ -66,53 +56,18 @@ func NewStore[TTx any](engine Engine[TTx], config *StoreConfig) (_ Store, err er
 	return s, nil
 }
 
-// store is the Store on an Engine[TTx].
+// store is the Store on an Engine[TTx]: its Tables and River's client.
 type store[TTx any] struct {
-	Queries
-	Counters
+	*tables[TTx]
 
 	client *river.Client[TTx]
-	engine Engine[TTx]
-	logger *slog.Logger
 }
 
-// Engine implements Store.
-func (s *store[TTx]) Engine() string { return s.engine.Name() }
-
-// InTx implements Store. A transaction whose connection was lost before its COMMIT was sent
-// runs again, once, on another connection (Engine.MayRetry): the server rolled it back when its
-// session ended. One whose COMMIT was sent and not answered is never run again: it may have
-// committed.
+// InTx implements Store, with Transact's rule for running again.
 func (s *store[TTx]) InTx(ctx context.Context, fn func(ctx context.Context, tx Tx) error) error {
-	committing, err := s.tryTx(ctx, fn)
-	if err != nil && !committing && s.engine.MayRetry(ctx, err, true) {
-		s.logger.InfoContext(ctx, "transaction lost its connection before COMMIT; running it again", slog.String("error", err.Error()))
-		_, err = s.tryTx(ctx, fn)
-	}
-	return err
-}
-
-// tryTx runs fn in one transaction. committing says COMMIT was sent: a failure then may have
-// committed.
-func (s *store[TTx]) tryTx(ctx context.Context, fn func(ctx context.Context, tx Tx) error) (committing bool, err error) {
-	tx, err := s.engine.Begin(ctx)
-	if err != nil {
-		return false, fmt.Errorf("error beginning transaction: %w", err)
-	}
-	defer func() {
-		// A no-op after Commit; on a panic or an error, the rollback. Its own failure leaves
-		// nothing behind: a transaction whose connection fails is rolled back by the server.
-		_ = s.engine.Rollback(context.WithoutCancel(ctx), tx)
-	}()
-
-	if err := fn(ctx, &storeTx[TTx]{Queries: s.engine.QueriesTx(tx), store: s, tx: tx}); err != nil {
-		return false, err
-	}
-	if err := s.engine.Commit(ctx, tx); err != nil {
-		// A COMMIT that failed before it was sent is safe to run again with its transaction.
-		return !s.engine.MayRetry(ctx, err, false), fmt.Errorf("error committing transaction: %w", err)
-	}
-	return true, nil
+	return s.inTx(ctx, func(ctx context.Context, tx TTx, q Queries) error {
+		return fn(ctx, &storeTx[TTx]{Queries: q, store: s, tx: tx})
+	})
 }
 
 // JobInsert implements Store. It runs again only when the first try sent nothing: an insert
@@ -128,8 +83,8 @@ func (s *store[TTx]) JobInsert(ctx context.Context, args river.JobArgs, opts *ri
 	return res, nil
 }
 
-// Jobs implements Store.
-func (s *store[TTx]) Jobs() Jobs { return s.client }
+// Jobs implements Store: the client, through a handle that may be taken before it exists.
+func (s *store[TTx]) Jobs() Jobs { return riverJobs[TTx]{s} }
 
 // RiverUIEndpoints implements Store.
 func (s *store[TTx]) RiverUIEndpoints() uiendpoints.Bundle {
@@ -151,16 +106,7 @@ func (s *store[TTx]) Migrate(ctx context.Context) error {
 	if _, err := migrator.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
 		return fmt.Errorf("error applying River's migrations: %w", err)
 	}
-
-	provider, release, err := s.goose()
-	if err != nil {
-		return err
-	}
-	defer release()
-	if _, err := provider.Up(ctx); err != nil {
-		return fmt.Errorf("error applying the app's migrations: %w", err)
-	}
-	return nil
+	return s.gooseUp(ctx)
 }
 
 // CheckSchema implements Store.
@@ -190,63 +136,6 @@ func (s *store[TTx]) CheckSchema(ctx context.Context) error {
 		return fmt.Errorf("%w (%s)", ErrSchemaBehind, strings.Join(behind, "; "))
 	}
 	return nil
-}
-
-// Ready implements Store.
-func (s *store[TTx]) Ready(ctx context.Context) error { return s.engine.Ready(ctx) }
-
-// Close implements Store.
-func (s *store[TTx]) Close() error { return s.engine.Close() }
-
-// gooseBehind says how far behind the app's migrations are, or "" when all are applied. Unlike
-// goose's own checks, it does not create goose's version table when there is none.
-func (s *store[TTx]) gooseBehind(ctx context.Context) (string, error) {
-	provider, release, err := s.goose()
-	if err != nil {
-		return "", err
-	}
-	defer release()
-
-	sqlDB, _, releaseDB := s.engine.GooseDB()
-	defer releaseDB()
-	exists, err := s.engine.GooseTableExists(ctx, sqlDB)
-	if err != nil {
-		return "", fmt.Errorf("error checking goose's version table: %w", err)
-	}
-	if !exists {
-		return "the app's migrations are not applied", nil
-	}
-
-	pending, err := provider.HasPending(ctx)
-	if err != nil {
-		return "", fmt.Errorf("error checking the app's migrations: %w", err)
-	}
-	if !pending {
-		return "", nil
-	}
-	current, target, err := provider.GetVersions(ctx)
-	if err != nil {
-		return "", fmt.Errorf("error reading the app's migration version: %w", err)
-	}
-	return fmt.Sprintf("the app's schema is at version %d of %d", current, target), nil
-}
-
-// goose is goose with the engine's migrations, on the engine's connections.
-func (s *store[TTx]) goose() (*goose.Provider, func(), error) {
-	migrations, err := fs.Sub(Migrations, "migrations/"+s.engine.Name())
-	if err != nil {
-		return nil, nil, fmt.Errorf("error opening migrations: %w", err)
-	}
-	sqlDB, dialect, release := s.engine.GooseDB()
-	provider, err := goose.NewProvider(dialect, sqlDB, migrations,
-		goose.WithDisableGlobalRegistry(true),
-		goose.WithSlog(s.logger),
-	)
-	if err != nil {
-		release()
-		return nil, nil, fmt.Errorf("error creating goose provider: %w", err)
-	}
-	return provider, release, nil
 }
 
 func (s *store[TTx]) riverMigrator() (*rivermigrate.Migrator[TTx], error) {

@@ -108,6 +108,9 @@ type Counters interface {
 	// RateLimitCounterGet reads how many requests a window has counted (0 when none), spending
 	// nothing.
 	RateLimitCounterGet(ctx context.Context, params *RateLimitCounterGetParams) (int64, error)
+	// RateLimitCounterDelete deletes a window's counter (none is fine): its key starts the window
+	// afresh.
+	RateLimitCounterDelete(ctx context.Context, params *RateLimitCounterDeleteParams) error
 }
 
 // Tx is a transaction of Store.InTx: the app's statements, and River jobs inserted with River's
@@ -128,6 +131,7 @@ type Jobs interface {
 	StopAndCancel(ctx context.Context) error
 	Stopped() <-chan struct{}
 	Subscribe(kinds ...river.EventKind) (<-chan *river.Event, func())
+	SubscribeConfig(config *river.SubscribeConfig) (<-chan *river.Event, func())
 	JobGet(ctx context.Context, id int64) (*rivertype.JobRow, error)
 	JobList(ctx context.Context, params *river.JobListParams) (*river.JobListResult, error)
 	JobDeleteMany(ctx context.Context, params *river.JobDeleteManyParams) (*river.JobDeleteManyResult, error)
@@ -135,25 +139,51 @@ type Jobs interface {
 	JobCancel(ctx context.Context, id int64) (*rivertype.JobRow, error)
 }
 
-// Store is one database, either engine, with its River client: what api and jobs use. Build it
-// with NewStore (the engines' Open functions do).
-type Store interface {
+// Tables are postguard's tables on one database, either engine, without River: the app's
+// statements, the rate limiter's counters, and transactions over the statements. A Store is
+// Tables with River's client. A host app that runs River itself builds Tables on its own pgx pool
+// or *sql.DB (NewTables on postgres.NewEngineFromPool or sqlite.NewEngineFromDB) for postguard's
+// limiter and mail workers.
+type Tables interface {
 	Queries
 	Counters
 
 	// Engine is "postgres" or "sqlite".
 	Engine() string
 
-	// InTx runs fn in one transaction: committed when fn returns nil, rolled back otherwise (or
-	// when fn panics). fn must use only the Tx it is given (on SQLite, the one connection is the
-	// transaction's), and have no effect outside the transaction: one whose connection was lost
-	// before it committed runs again (see Engine.MayRetry).
+	// Transact runs fn's statements in one transaction: committed when fn returns nil, rolled
+	// back otherwise (or when fn panics). fn must use only the Queries it is given (on SQLite, the
+	// one connection is the transaction's), and have no effect outside the transaction: one whose
+	// connection was lost before it committed runs again (see Engine.MayRetry).
+	Transact(ctx context.Context, fn func(ctx context.Context, q Queries) error) error
+
+	// MigrateTables applies the app's migrations (goose, postguard's tables), not River's,
+	// holding the engine's migration lock so two deploys cannot race. Idempotent. A host app
+	// runs River's migrations its own way (rivermigrate).
+	MigrateTables(ctx context.Context) error
+
+	// Ready checks the database answers and takes a write (a one-row heartbeat): an error
+	// wrapping ErrUnavailable while it is unreachable, read-only, busy, full or failing its I/O.
+	Ready(ctx context.Context) error
+
+	// Close releases what the Tables' engine opened. It does not stop River: stop it first.
+	Close() error
+}
+
+// Store is one database, either engine, with its River client: what api and jobs use. Build it
+// with NewStore.
+type Store interface {
+	Tables
+
+	// InTx runs fn in one transaction, as Transact does, and gives it a Tx that inserts River jobs
+	// too (River's InsertTx), so a user and its mail commit or roll back together.
 	InTx(ctx context.Context, fn func(ctx context.Context, tx Tx) error) error
 
 	// JobInsert inserts a River job on its own, committed at once.
 	JobInsert(ctx context.Context, args river.JobArgs, opts *river.InsertOpts) (*rivertype.JobInsertResult, error)
 
-	// Jobs is the store's River client.
+	// Jobs is the store's River client. It may be taken before the client exists (inside
+	// StoreConfig.RiverConfigFunc, for the workers) and used once NewStore has returned.
 	Jobs() Jobs
 
 	// RiverUIEndpoints is River UI's API bundle on the store's River client.
@@ -166,11 +196,4 @@ type Store interface {
 	// CheckSchema returns an error wrapping ErrSchemaBehind, naming what is behind, while any
 	// migration is missing. It only reads.
 	CheckSchema(ctx context.Context) error
-
-	// Ready checks the database answers and takes a write (a one-row heartbeat): an error
-	// wrapping ErrUnavailable while it is unreachable, read-only, busy, full or failing its I/O.
-	Ready(ctx context.Context) error
-
-	// Close releases the store's connections. It does not stop River: stop it first.
-	Close() error
 }

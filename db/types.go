@@ -221,3 +221,9 @@ type RateLimitCounterGetParams struct {
 	KeyHash     []byte
 	WindowStart time.Time
 }
+
+// RateLimitCounterDeleteParams names one fixed window of one key.
+type RateLimitCounterDeleteParams struct {
+	KeyHash     []byte
+	WindowStart time.Time
+}

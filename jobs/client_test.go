@@ -86,6 +86,7 @@ func newClientBundle(t *testing.T, newStore dbtest.NewStoreFunc, opts *clientOpt
 			Registerer: registry,
 			Sender:     sender,
 			Store:      store,
+			Jobs:       store.Jobs(),
 		}, config)
 		if err != nil {
 			return nil, err

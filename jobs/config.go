@@ -1,7 +1,13 @@
 // Package jobs holds postguard's River jobs: the transactional emails (welcome, verification,
 // password reset) and the periodic prune, their retry policy, the shared send pacer, and
 // NewRiverConfig, which assembles the whole River configuration of a postguard process. The
-// tokens mailed in links are jobs/tokens'; the mail itself, jobs/mail's.
+// tokens mailed in links are the tokens package's; the mail itself, jobs/mail's.
+//
+// A host app with its own River client uses the same jobs: NewWorkers on its db.Tables, with
+// Recipients reading its own users table, registered on its river.Workers (Workers.Register);
+// it inserts WelcomeEmailArgs and the others with its own client's InsertTx, in the transaction
+// that creates the user. postguard's own server is built the same way, on its users table
+// (UserRecipients).
 package jobs
 
 import (
@@ -48,9 +54,19 @@ const EmailMaxAttempts = 5
 
 // Deps are the long-lived collaborators of the jobs.
 type Deps struct {
-	// Store is the database the workers read and write, and whose River client prune and the
-	// queue depth metric list jobs through.
-	Store db.Store
+	// Store holds postguard's tables the workers read and write (messages, tokens, the send
+	// pacer, counters): postguard's own db.Store, or a host app's db.Tables on its own pool or
+	// *sql.DB. Required.
+	Store db.Tables
+	// Recipients give the workers each user's address, name and locale: a host app's own users
+	// table. NewWorkers requires it; NewRiverConfig, postguard's own configuration, defaults it
+	// to postguard's users table (UserRecipients(Store)).
+	Recipients Recipients
+	// Jobs is the River client prune deletes finished jobs through and the queue depth metric
+	// counts with (a db.Store's Jobs). NewRiverConfig requires it, as it turns River's own job
+	// cleaner off; for a host app's workers (NewWorkers) nil leaves finished jobs to the host's
+	// River.
+	Jobs db.Jobs
 	// Sender delivers mail. nil means MAILER=none: the email queue is not worked, and email jobs
 	// stay queued (nothing is lost) until a process with a sender starts.
 	Sender mail.Sender
@@ -124,11 +140,16 @@ type Workers struct {
 	Prune              *PruneWorker
 }
 
-// NewWorkers builds the workers of deps and config. They use deps.Store only when they work a
+// NewWorkers builds the workers of deps and config, to Register on a River registry: postguard's
+// own, or a host app's, whose River client then works them and whose InsertTx inserts their jobs
+// (WelcomeEmailArgs and the others) in its own transactions. They use deps only when they work a
 // job, so they may be built while the store's River client is (see db.StoreConfig).
 func NewWorkers(deps *Deps, config *Config) (*Workers, error) {
 	if deps == nil || deps.Store == nil {
 		return nil, errors.New("jobs: Deps.Store is required")
+	}
+	if deps.Recipients == nil {
+		return nil, errors.New("jobs: Deps.Recipients is required (jobs.UserRecipients for postguard's users table)")
 	}
 	if config == nil {
 		config = &Config{}
@@ -158,6 +179,7 @@ func NewWorkers(deps *Deps, config *Config) (*Workers, error) {
 		metrics:    metrics,
 		nowFunc:    config.NowFunc,
 		pacer:      newPacer(deps.Store, config.MaxRPS),
+		recipients: deps.Recipients,
 		renderer:   renderer,
 		sealer:     sealer,
 		sender:     deps.Sender,
@@ -167,7 +189,7 @@ func NewWorkers(deps *Deps, config *Config) (*Workers, error) {
 		WelcomeEmail:       &WelcomeEmailWorker{emailWorker[WelcomeEmailArgs]{mailer: m, spec: welcomeEmail}},
 		VerificationEmail:  &VerificationEmailWorker{emailWorker[VerificationEmailArgs]{mailer: m, spec: verificationEmail}},
 		PasswordResetEmail: &PasswordResetEmailWorker{emailWorker[PasswordResetEmailArgs]{mailer: m, spec: passwordResetEmail}},
-		Prune:              newPruneWorker(deps.Store, logger, config),
+		Prune:              newPruneWorker(deps.Store, deps.Jobs, logger, config),
 	}, nil
 }
 
@@ -184,7 +206,8 @@ func (w *Workers) Register(workers *river.Workers) error {
 	return nil
 }
 
-// NewRiverConfig builds the whole River configuration of a postguard process: the four workers;
+// NewRiverConfig builds the whole River configuration of a postguard process (a host app builds
+// its own, with NewWorkers): the four workers;
 // the queues (email with config.EmailWorkers, maintenance with 1) and the periodic prune (every
 // PruneInterval, run on start, leader only) unless config.InsertOnly; RetryPolicy; JobTimeout;
 // RescueStuckJobsAfter; River's job cleaner switched off (all three retentions -1, so prune is the
@@ -197,6 +220,17 @@ func NewRiverConfig(deps *Deps, config *Config) (*river.Config, error) {
 		config = &Config{}
 	}
 	config = config.withDefaults()
+	if deps == nil || deps.Store == nil {
+		return nil, errors.New("jobs: Deps.Store is required")
+	}
+	if deps.Jobs == nil {
+		return nil, errors.New("jobs: Deps.Jobs is required: River's job cleaner is off, and prune deletes finished jobs through it")
+	}
+	if deps.Recipients == nil {
+		withUsers := *deps
+		withUsers.Recipients = UserRecipients(deps.Store)
+		deps = &withUsers
+	}
 	workers, err := NewWorkers(deps, config)
 	if err != nil {
 		return nil, err
@@ -208,7 +242,7 @@ func NewRiverConfig(deps *Deps, config *Config) (*river.Config, error) {
 	logger := cmp.Or(deps.Logger, slog.Default())
 
 	if deps.Registerer != nil {
-		if err := deps.Registerer.Register(newQueueDepthCollector(deps.Store, logger)); err != nil {
+		if err := deps.Registerer.Register(newQueueDepthCollector(deps.Jobs, logger)); err != nil {
 			var already prometheus.AlreadyRegisteredError
 			if !errors.As(err, &already) {
 				return nil, fmt.Errorf("error registering queue depth metric: %w", err)

@@ -19,6 +19,9 @@ import (
 // nopStore is a db.Store for config tests that never reach the database.
 type nopStore struct{ db.Store }
 
+// nopJobs is a db.Jobs for config tests that never reach River.
+type nopJobs struct{ db.Jobs }
+
 // nopSender is a mail.Sender that accepts everything.
 type nopSender struct{}
 
@@ -48,6 +51,7 @@ func TestNewRiverConfig(t *testing.T) {
 				Logger: slog.New(slog.NewTextHandler(logs, nil)),
 				Sender: nopSender{},
 				Store:  nopStore{},
+				Jobs:   nopJobs{},
 			},
 			logs: logs,
 		}
@@ -149,7 +153,28 @@ func TestNewRiverConfig(t *testing.T) {
 		t.Parallel()
 
 		_, err := NewRiverConfig(&Deps{}, validConfig())
-		require.Error(t, err)
+		require.ErrorContains(t, err, "Deps.Store is required")
+		_, err = NewWorkers(&Deps{}, validConfig())
+		require.ErrorContains(t, err, "Deps.Store is required")
+	})
+
+	t.Run("JobsRequiredByNewRiverConfig", func(t *testing.T) {
+		t.Parallel()
+
+		// River's job cleaner is off in postguard's config: without Jobs, nothing would ever
+		// delete a finished job.
+		_, err := NewRiverConfig(&Deps{Store: nopStore{}, Sender: nopSender{}}, validConfig())
+		require.ErrorContains(t, err, "Deps.Jobs is required")
+	})
+
+	t.Run("RecipientsRequiredByNewWorkers", func(t *testing.T) {
+		t.Parallel()
+
+		_, err := NewWorkers(&Deps{Store: nopStore{}, Sender: nopSender{}}, validConfig())
+		require.ErrorContains(t, err, "Deps.Recipients is required")
+		workers, err := NewWorkers(&Deps{Store: nopStore{}, Sender: nopSender{}, Recipients: UserRecipients(nopStore{})}, validConfig())
+		require.NoError(t, err)
+		require.NoError(t, workers.Register(river.NewWorkers()))
 	})
 
 }

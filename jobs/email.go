@@ -78,12 +78,12 @@ type emailSpec struct {
 	purpose db.TokenPurpose
 	ttl     time.Duration
 	// skip says why user gets no mail of this kind, or "" to send it; nil sends to every user.
-	skip func(user *db.User) string
+	skip func(user *Recipient) string
 	// kind is the mail's templates.
 	kind mail.Kind
 	// data is what the mail to user says, with token (the link's, "" without a purpose), and the
 	// headers it carries besides.
-	data func(links *linkBuilder, user *db.User, token string) (*mail.Data, map[string]string)
+	data func(links *linkBuilder, user *Recipient, token string) (*mail.Data, map[string]string)
 }
 
 // emailWorker is the River worker of one email kind, T its args.
@@ -117,8 +117,8 @@ func (l *linkBuilder) unsubscribeURL(userID int64) string {
 	return l.appURL + "/v1/unsubscribe?token=" + tokens.Unsubscribe(l.secret, userID)
 }
 
-// mailer is what the email workers share: the store, the sender, the pacer, the token sealer and
-// the delivery metric.
+// mailer is what the email workers share: the store, the recipients, the sender, the pacer, the
+// token sealer, the renderer and the delivery metric.
 type mailer struct {
 	jobTimeout time.Duration
 	links      *linkBuilder
@@ -126,10 +126,11 @@ type mailer struct {
 	metrics    *metrics
 	nowFunc    func() time.Time
 	pacer      *pacer
+	recipients Recipients
 	renderer   *mail.Renderer
 	sealer     *tokens.Sealer
 	sender     mail.Sender
-	store      db.Store
+	store      db.Tables
 }
 
 // attempt is one attempt of one email job: what its steps read.
@@ -194,8 +195,8 @@ func (m *mailer) deliver(a *attempt, userID int64, spec *emailSpec) error {
 		// Not reached in practice: without a sender the email queue is not worked at all.
 		return errors.New("no mailer configured (MAILER=none)")
 	}
-	user, err := m.store.UserGetByID(a.ctx, userID)
-	if errors.Is(err, db.ErrNotFound) {
+	user, err := m.recipient(a.ctx, userID)
+	if errors.Is(err, ErrNoRecipient) {
 		return &skipped{reason: "the user was deleted"}
 	}
 	if err != nil {
@@ -232,9 +233,20 @@ func (m *mailer) deliver(a *attempt, userID int64, spec *emailSpec) error {
 	return m.markAccepted(a, providerID, spec.purpose)
 }
 
+// recipient reads the job's user from the Recipients: the one place workers read a user.
+func (m *mailer) recipient(ctx context.Context, userID int64) (*Recipient, error) {
+	r, err := m.recipients.Recipient(ctx, userID)
+	if err != nil {
+		return nil, err
+	}
+	user := *r // the Recipients' own value stays as it gave it
+	user.ID = userID
+	return &user, nil
+}
+
 // render builds the job's message to user in locale (see mail.Renderer.Match), with token. Its
 // IdempotencyKey and Kind are the caller's to set.
-func (m *mailer) render(a *attempt, spec *emailSpec, user *db.User, token, locale string) (*mail.Message, error) {
+func (m *mailer) render(a *attempt, spec *emailSpec, user *Recipient, token, locale string) (*mail.Message, error) {
 	data, headers := spec.data(m.links, user, token)
 	rendered, err := m.renderer.Render(spec.kind, locale, data)
 	if err != nil {
@@ -299,7 +311,7 @@ type delivery struct {
 // (erased by prune at that age) or does not open (APP_SECRET changed): sending another token
 // under the old key could be refused as another payload, or delivered twice. The old token's life
 // (VerifyTokenTTL, ResetTokenTTL) has passed by then anyway.
-func (m *mailer) prepare(a *attempt, user *db.User, spec *emailSpec) (*delivery, error) {
+func (m *mailer) prepare(a *attempt, user *Recipient, spec *emailSpec) (*delivery, error) {
 	now := m.nowFunc()
 	message, err := m.store.EmailMessageGetByJob(a.ctx, a.job.ID)
 	switch {
@@ -358,7 +370,7 @@ func (m *mailer) prepare(a *attempt, user *db.User, spec *emailSpec) (*delivery,
 // start creates the job's delivery: a locale, a new idempotency key in the job's message row
 // (inserted, or rekeyed when restart is set) and, for a purpose, a new token valid spec.ttl from
 // now, replacing any the job had.
-func (m *mailer) start(a *attempt, user *db.User, spec *emailSpec, now time.Time, restart bool) (*delivery, error) {
+func (m *mailer) start(a *attempt, user *Recipient, spec *emailSpec, now time.Time, restart bool) (*delivery, error) {
 	job := a.job
 	locale := m.renderer.Match(user.Locale)
 	var raw string
@@ -372,7 +384,7 @@ func (m *mailer) start(a *attempt, user *db.User, spec *emailSpec, now time.Time
 	dl := &delivery{key: tokens.IdempotencyKey(job.Kind, user.ID), msg: msg}
 	digest := payloadDigest(msg)
 
-	err = m.store.InTx(a.ctx, func(ctx context.Context, tx db.Tx) error {
+	err = m.store.Transact(a.ctx, func(ctx context.Context, tx db.Queries) error {
 		if restart {
 			if err := tx.EmailMessageRekey(ctx, &db.EmailMessageRekeyParams{
 				JobID:          job.ID,
@@ -420,7 +432,7 @@ func (m *mailer) start(a *attempt, user *db.User, spec *emailSpec, now time.Time
 // markAccepted records that the provider accepted the job's mail, and erases the sealed copy of
 // its token: nothing will send it again.
 func (m *mailer) markAccepted(a *attempt, providerID string, purpose db.TokenPurpose) error {
-	err := m.store.InTx(a.ctx, func(ctx context.Context, tx db.Tx) error {
+	err := m.store.Transact(a.ctx, func(ctx context.Context, tx db.Queries) error {
 		if err := tx.EmailMessageMarkAccepted(ctx, a.job.ID, providerID, m.nowFunc()); err != nil {
 			return err
 		}

@@ -33,7 +33,7 @@ func ExampleNewRiverConfig() {
 	store, err := db.NewStore(engine, &db.StoreConfig{
 		Logger: quiet,
 		RiverConfigFunc: func(store db.Store) (*river.Config, error) {
-			return jobs.NewRiverConfig(&jobs.Deps{Store: store, Sender: mail.NewLogSender(quiet, nil), Logger: quiet}, &jobs.Config{
+			return jobs.NewRiverConfig(&jobs.Deps{Store: store, Jobs: store.Jobs(), Sender: mail.NewLogSender(quiet, nil), Logger: quiet}, &jobs.Config{
 				AppURL: "https://app.example.com",
 				MaxRPS: 2,
 				Secret: []byte("an example secret of 32 bytes..."),

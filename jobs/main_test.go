@@ -100,6 +100,8 @@ type setupOpts struct {
 	fake *resendfake.Config
 	// sender wraps the ResendSender.
 	sender func(inner mail.Sender) mail.Sender
+	// recipients replaces postguard's users table as the workers' Recipients (a host app's).
+	recipients func(store *dbtest.Store) Recipients
 	// renderer renders the mail; nil for the built-in templates.
 	renderer *mail.Renderer
 }
@@ -144,6 +146,11 @@ func setup(t *testing.T, newStore dbtest.NewStoreFunc, opts *setupOpts) *testBun
 		Renderer:   opts.renderer,
 		Sender:     sender,
 		Store:      store,
+		Recipients: UserRecipients(store),
+		Jobs:       store.Jobs(),
+	}
+	if opts.recipients != nil {
+		deps.Recipients = opts.recipients(store)
 	}
 	workers, err := NewWorkers(deps, config)
 	require.NoError(t, err)

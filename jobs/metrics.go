@@ -68,11 +68,11 @@ func (m *metrics) delivery(kind, outcome string) {
 type queueDepthCollector struct {
 	desc    *prometheus.Desc
 	logger  *slog.Logger
-	store   db.Store
+	jobs    db.Jobs
 	timeout time.Duration
 }
 
-func newQueueDepthCollector(store db.Store, logger *slog.Logger) *queueDepthCollector {
+func newQueueDepthCollector(jobs db.Jobs, logger *slog.Logger) *queueDepthCollector {
 	return &queueDepthCollector{
 		desc: prometheus.NewDesc(
 			"postguard_jobs",
@@ -80,7 +80,7 @@ func newQueueDepthCollector(store db.Store, logger *slog.Logger) *queueDepthColl
 			[]string{"state"}, nil,
 		),
 		logger:  logger,
-		store:   store,
+		jobs:    jobs,
 		timeout: 5 * time.Second,
 	}
 }
@@ -91,7 +91,7 @@ func (c *queueDepthCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.des
 // Collect implements prometheus.Collector. A state whose count fails is left out of the scrape
 // (and logged) rather than reported as zero.
 func (c *queueDepthCollector) Collect(ch chan<- prometheus.Metric) {
-	client := c.store.Jobs()
+	client := c.jobs
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
 

@@ -17,7 +17,7 @@ func TestQueueDepthCollector(t *testing.T) {
 	dbtest.Engines(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
 		store := newStore(t)
 		registry := prometheus.NewRegistry()
-		registry.MustRegister(newQueueDepthCollector(store, dbtest.Logger(t)))
+		registry.MustRegister(newQueueDepthCollector(store.Jobs(), dbtest.Logger(t)))
 
 		for i := range 3 {
 			_, err := store.JobInsert(t.Context(), VerificationEmailArgs{UserID: int64(i + 1)}, nil)

@@ -14,7 +14,7 @@ const pacerName = "resend"
 // send over the provider's rate.
 const pacerMargin = 1.05
 
-// pacerReserver is the part of db.Store the pacer uses.
+// pacerReserver is the part of db.Tables the pacer uses.
 type pacerReserver interface {
 	SendPacerReserve(ctx context.Context, name string, interval time.Duration) (slot, now time.Time, err error)
 	Now(ctx context.Context) (time.Time, error)

@@ -34,7 +34,7 @@ var passwordResetEmail = &emailSpec{ //nolint:gochecknoglobals // a constant spe
 	purpose: db.TokenPurposeReset,
 	ttl:     ResetTokenTTL,
 	kind:    mail.KindPasswordReset,
-	data: func(links *linkBuilder, user *db.User, token string) (*mail.Data, map[string]string) {
+	data: func(links *linkBuilder, user *Recipient, token string) (*mail.Data, map[string]string) {
 		return &mail.Data{Name: user.Name, ActionURL: links.resetURL(token), ExpiresIn: ResetTokenTTL}, nil
 	},
 }

@@ -68,12 +68,13 @@ func finishedStates() []rivertype.JobState {
 
 // PruneWorker deletes, in bounded batches: rate-limit counters whose window ended more than
 // CounterRetention ago, email tokens that expired more than CounterRetention ago, the sealed
-// copies of tokens older than IdempotencyKeyLifetime, email message rows and finished jobs
-// (completed, cancelled, discarded) older than JobRetention, and the ids of webhook deliveries
-// older than WebhookEventRetention. The suppression list is never pruned: an address leaves it
-// only through the admin API. Jobs go through
+// copies of tokens older than IdempotencyKeyLifetime, email message rows and, given Deps.Jobs,
+// finished jobs (completed, cancelled, discarded) older than JobRetention, and the ids of
+// webhook deliveries older than WebhookEventRetention. The suppression list is never pruned: an
+// address leaves it only through the admin API. Jobs go through
 // River's public JobList and JobDeleteMany (no SQL on River's tables, whose times SQLite keeps as
-// text). Every delete is idempotent, so two prunes at once only share the work.
+// text); without Deps.Jobs (a host app's River, whose own job cleaner keeps its retention) they
+// are left alone. Every delete is idempotent, so two prunes at once only share the work.
 type PruneWorker struct {
 	river.WorkerDefaults[PruneArgs]
 
@@ -81,18 +82,20 @@ type PruneWorker struct {
 	batchSize        int
 	counterRetention time.Duration
 	jobRetention     time.Duration
+	jobs             db.Jobs // nil: finished jobs are not this worker's to delete
 	logger           *slog.Logger
 	nowFunc          func() time.Time
-	store            db.Store
+	store            db.Tables
 	timeout          time.Duration
 }
 
-func newPruneWorker(store db.Store, logger *slog.Logger, config *Config) *PruneWorker {
+func newPruneWorker(store db.Tables, jobs db.Jobs, logger *slog.Logger, config *Config) *PruneWorker {
 	return &PruneWorker{
 		batchPause:       pruneBatchPause,
 		batchSize:        pruneBatchSize,
 		counterRetention: config.CounterRetention,
 		jobRetention:     config.JobRetention,
+		jobs:             jobs,
 		logger:           logger,
 		nowFunc:          config.NowFunc,
 		store:            store,
@@ -192,7 +195,10 @@ func (w *PruneWorker) deleteLoop(ctx context.Context, deleteBatch func(ctx conte
 // finalized_at), keeps those before cutoff, and deletes them by id, still filtered by the state:
 // a job retried by hand between the list and the delete is left alone.
 func (w *PruneWorker) pruneJobs(ctx context.Context, cutoff time.Time) (int64, error) {
-	client := w.store.Jobs()
+	client := w.jobs
+	if client == nil {
+		return 0, nil
+	}
 	var total int64
 	for _, state := range finishedStates() {
 		for {

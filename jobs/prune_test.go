@@ -147,7 +147,18 @@ func TestPruneWorker_Work(t *testing.T) {
 
 			config := bundle.config.withDefaults()
 			config.NowFunc = func() time.Time { return now }
-			worker := newPruneWorker(store, dbtest.Logger(t), config)
+			// Without Deps.Jobs (a host app's workers: its River keeps its own job retention),
+			// prune deletes postguard's rows and leaves every job alone.
+			hostPrune := newPruneWorker(store, nil, dbtest.Logger(t), config)
+			require.NoError(t, hostPrune.Work(ctx, &river.Job[PruneArgs]{JobRow: &rivertype.JobRow{ID: 99, Kind: PruneArgs{}.Kind()}}))
+			for _, id := range oldIDs {
+				_, err := store.Jobs().JobGet(ctx, id)
+				require.NoError(t, err, "job %d kept", id)
+			}
+			_, err := store.EmailMessageGetByJob(ctx, 2000)
+			require.ErrorIs(t, err, db.ErrNotFound, "postguard's own rows pruned")
+
+			worker := newPruneWorker(store, store.Jobs(), dbtest.Logger(t), config)
 			worker.batchSize = 2
 			worker.batchPause = time.Millisecond
 
@@ -176,7 +187,7 @@ func TestPruneWorker_Work(t *testing.T) {
 			}
 			require.Equal(t, int64(2), consume(3, counterEnds[3]))
 
-			_, err := store.EmailTokenConsume(ctx, oldToken, db.TokenPurposeVerify, counterCutoff.Add(-2*time.Minute))
+			_, err = store.EmailTokenConsume(ctx, oldToken, db.TokenPurposeVerify, counterCutoff.Add(-2*time.Minute))
 			require.ErrorIs(t, err, db.ErrNotFound)
 
 			for jobID, wantSealed := range map[int64]bool{1002: false, 1003: true} {

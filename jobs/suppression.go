@@ -16,7 +16,7 @@ import (
 // owner asked not to get ours. It returns nil when the address is not on the list, and when the
 // provider accepted the job's mail already (a rescued attempt): prepare then completes the job
 // as sent, which it was.
-func (m *mailer) checkSuppression(a *attempt, user *db.User) error {
+func (m *mailer) checkSuppression(a *attempt, user *Recipient) error {
 	suppression, err := m.store.EmailSuppressionGet(a.ctx, tokens.SuppressionKey(m.links.secret, user.Email))
 	if errors.Is(err, db.ErrNotFound) {
 		return nil
@@ -26,7 +26,7 @@ func (m *mailer) checkSuppression(a *attempt, user *db.User) error {
 	}
 
 	var marked bool
-	err = m.store.InTx(a.ctx, func(ctx context.Context, tx db.Tx) error {
+	err = m.store.Transact(a.ctx, func(ctx context.Context, tx db.Queries) error {
 		var err error
 		marked, err = tx.EmailMessageMarkSuppressed(ctx, &db.EmailMessageMarkSuppressedParams{
 			JobID:  a.job.ID,

@@ -35,7 +35,7 @@ var verificationEmail = &emailSpec{ //nolint:gochecknoglobals // a constant spec
 	purpose: db.TokenPurposeVerify,
 	ttl:     VerifyTokenTTL,
 	kind:    mail.KindVerification,
-	data: func(links *linkBuilder, user *db.User, token string) (*mail.Data, map[string]string) {
+	data: func(links *linkBuilder, user *Recipient, token string) (*mail.Data, map[string]string) {
 		return &mail.Data{Name: user.Name, ActionURL: links.verifyURL(token), ExpiresIn: VerifyTokenTTL}, nil
 	},
 }

@@ -4,7 +4,6 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 
-	"github.com/postguard/postguard/db"
 	"github.com/postguard/postguard/jobs/mail"
 )
 
@@ -39,14 +38,14 @@ type WelcomeEmailWorker struct {
 }
 
 var welcomeEmail = &emailSpec{ //nolint:gochecknoglobals // a constant spec
-	skip: func(user *db.User) string {
-		if user.UnsubscribedAt != nil {
+	skip: func(user *Recipient) string {
+		if user.Unsubscribed {
 			return "the user unsubscribed; welcome email not sent"
 		}
 		return ""
 	},
 	kind: mail.KindWelcome,
-	data: func(links *linkBuilder, user *db.User, _ string) (*mail.Data, map[string]string) {
+	data: func(links *linkBuilder, user *Recipient, _ string) (*mail.Data, map[string]string) {
 		unsubscribeURL := links.unsubscribeURL(user.ID)
 		return &mail.Data{
 				Name:           user.Name,

@@ -100,7 +100,7 @@ func BenchmarkLimiter_Allow(b *testing.B) {
 				return NewLimiter(engine.newStore(b), testSecret, rules, nil)
 			}
 			allow := func(b *testing.B, l *Limiter, ip netip.Addr) *Decision {
-				d, err := l.Allow(ctx, ActionRegister, ip, "")
+				d, err := l.Allow(ctx, ActionRegister, Subject{IP: ip})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -136,7 +136,7 @@ func BenchmarkLimiter_Allow(b *testing.B) {
 				b.ReportAllocs()
 				b.RunParallel(func(pb *testing.PB) {
 					for pb.Next() {
-						d, err := l.Allow(ctx, ActionRegister, clientIP, "")
+						d, err := l.Allow(ctx, ActionRegister, Subject{IP: clientIP})
 						if err != nil || !d.Allowed {
 							failed.Store(true)
 						}

@@ -1,13 +1,16 @@
 package abuse
 
 import (
+	"math"
 	"sync"
 	"time"
 )
 
 // denyCache remembers refused (key, window) pairs until their window ends, so that a client
 // hammering an exhausted window is answered without the database. A refusal is final until the
-// window ends: counts only grow within a window, and counters are pruned only after it ended.
+// window ends, for the built-in actions whose refusals it holds: counts only grow within a
+// window, counters are pruned only after it ended, and only Limiter.Clear deletes one sooner
+// (it removes the entry of its own process).
 //
 // It holds at most max entries and evicts the oldest insertion when full (a ring of keys beside
 // the map; both always hold the same keys). Expired entries are not looked for: they answer no
@@ -60,6 +63,17 @@ func (c *denyCache) add(key keyHash, start, end time.Time) {
 		c.next = (c.next + 1) % c.max
 	}
 	c.entries[k] = end.UnixNano()
+}
+
+// remove forgets that (key, start) was refused. The entry is marked expired rather than deleted,
+// so the map and the ring keep holding the same keys; a later add revives it in place.
+func (c *denyCache) remove(key keyHash, start time.Time) {
+	k := denyKey{key: key, start: start.UnixNano()}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.entries[k]; ok {
+		c.entries[k] = math.MinInt64
+	}
 }
 
 // len returns the number of entries, expired ones included.

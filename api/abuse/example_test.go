@@ -1,13 +1,87 @@
 package abuse_test
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/postguard/postguard/api/abuse"
+	"github.com/postguard/postguard/db"
+	"github.com/postguard/postguard/db/sqlite"
 )
+
+// The failure-counting pattern of a login, as plain calls: peek before checking the password,
+// spend when it was wrong, clear the account's key when it was right. The counters live in
+// postguard's tables (db.Tables) on the app's own database; here a SQLite file, PostgreSQL the
+// same through postgres.NewEngineFromPool.
+func ExampleLimiter_Clear() {
+	ctx := context.Background()
+	dir, err := os.MkdirTemp("", "abuse-example")
+	if err != nil {
+		panic(err)
+	}
+	defer os.RemoveAll(dir)
+	quiet := slog.New(slog.DiscardHandler)
+	engine, err := sqlite.NewEngine(ctx, filepath.Join(dir, "app.db"), &sqlite.Config{Logger: quiet})
+	if err != nil {
+		panic(err)
+	}
+	tables := db.NewTables(engine, &db.TablesConfig{Logger: quiet})
+	defer tables.Close()
+	if err := tables.MigrateTables(ctx); err != nil {
+		panic(err)
+	}
+
+	rules, err := abuse.Rules{}.WithEnviron([]string{"RATE_LIMIT_LOGIN_IP=20/15m", "RATE_LIMIT_LOGIN_KEY=3/15m"})
+	if err != nil {
+		panic(err)
+	}
+	now := func() time.Time { return time.Date(2026, 3, 1, 10, 5, 0, 0, time.UTC) }
+	limiter := abuse.NewLimiter(tables, []byte("the app's secret of 32 bytes, at least"), rules, &abuse.LimiterConfig{NowFunc: now})
+
+	attempt := func(password string) {
+		subject := abuse.Subject{IP: netip.MustParseAddr("198.51.100.7"), Key: "account-42"}
+		d, err := limiter.Peek(ctx, "login", subject)
+		if err != nil {
+			panic(err)
+		}
+		if !d.Allowed {
+			fmt.Printf("%s: refused by %s, retry in %ds\n", password, d.Rule.PolicyName(), d.RetryAfterSeconds())
+			return
+		}
+		if password != "correct horse" {
+			d, err := limiter.Allow(ctx, "login", subject)
+			if err != nil {
+				panic(err)
+			}
+			fmt.Printf("%s: wrong, %d tries left\n", password, d.Remaining)
+			return
+		}
+		if err := limiter.Clear(ctx, "login", abuse.Subject{Key: subject.Key}); err != nil {
+			panic(err)
+		}
+		fmt.Printf("%s: logged in\n", password)
+	}
+	attempt("guess")
+	attempt("correct horse")
+	for range 4 {
+		attempt("guess")
+	}
+	attempt("correct horse")
+	// Output:
+	// guess: wrong, 2 tries left
+	// correct horse: logged in
+	// guess: wrong, 2 tries left
+	// guess: wrong, 1 tries left
+	// guess: wrong, 0 tries left
+	// guess: refused by login-key, retry in 600s
+	// correct horse: refused by login-key, retry in 600s
+}
 
 func ExampleParseLimit() {
 	limit, window, err := abuse.ParseLimit("5/15m")
@@ -20,13 +94,13 @@ func ExampleParseLimit() {
 	// invalid rate limit "0/15m": limit 0 must be at least 1: want N/DURATION with N ≥ 1 and DURATION ≥ 1s in whole seconds, e.g. 5/15m or 3/1h
 }
 
-// The config loader overrides rules from RATE_LIMIT_<ACTION>_<SCOPE> (os.LookupEnv in
-// production).
-func ExampleRules_WithEnv() {
-	env := map[string]string{"RATE_LIMIT_REGISTER_IP": "20/1h"}
-	rules, err := abuse.DefaultRules().WithEnv(func(key string) (string, bool) {
-		v, ok := env[key]
-		return v, ok
+// The config loader reads every RATE_LIMIT_<ACTION>_<SCOPE> variable (os.Environ in
+// production): a built-in action's overrides its rule, any other adds a custom action's.
+func ExampleRules_WithEnviron() {
+	rules, err := abuse.DefaultRules().WithEnviron([]string{
+		"RATE_LIMIT_REGISTER_IP=20/1h",
+		"RATE_LIMIT_LOGIN_IP=20/15m",
+		"RATE_LIMIT_LOGIN_KEY=5/15m",
 	})
 	if err != nil {
 		panic(err)
@@ -34,6 +108,9 @@ func ExampleRules_WithEnv() {
 	for _, rule := range rules.All() {
 		fmt.Printf("%-38s %d/%s\n", rule.EnvName(), rule.Limit, rule.Window)
 	}
+
+	_, err = abuse.DefaultRules().WithEnviron([]string{"RATE_LIMIT_LOGIN_USER=5/15m"})
+	fmt.Println(err)
 	// Output:
 	// RATE_LIMIT_REGISTER_IP                 20/1h0m0s
 	// RATE_LIMIT_REGISTER_EMAIL              3/1h0m0s
@@ -43,6 +120,9 @@ func ExampleRules_WithEnv() {
 	// RATE_LIMIT_RESEND_VERIFICATION_EMAIL   3/30m0s
 	// RATE_LIMIT_RESET_PASSWORD_IP           10/15m0s
 	// RATE_LIMIT_RIVERUI_LOGIN_IP            10/15m0s
+	// RATE_LIMIT_LOGIN_IP                    20/15m0s
+	// RATE_LIMIT_LOGIN_KEY                   5/15m0s
+	// RATE_LIMIT_LOGIN_USER: unknown scope "USER": want RATE_LIMIT_<ACTION>_<SCOPE>, ACTION of A-Z, 0-9 and _ (starting with a letter, at most 32) and SCOPE one of IP, EMAIL, KEY
 }
 
 func ExampleIPResolver_ClientIP() {

@@ -18,13 +18,50 @@ import (
 // LimiterConfig.DenyCacheSize is 0.
 const DefaultDenyCacheSize = 10_000
 
-// Consumer is the counter store a Limiter counts in; db.Store implements it.
+// Consumer is the counter store a Limiter counts in; db.Store and db.Tables implement it.
 // RateLimitCounterConsume spends one request of a counter's window in one atomic statement (ok is
 // false, and nothing counted, when the window is at its limit); RateLimitCounterGet reads a
-// window's count without spending any of it (0 when nothing was counted), for Peek.
+// window's count without spending any of it (0 when nothing was counted), for Peek;
+// RateLimitCounterDelete deletes a window's counter (none is fine), for Clear.
 type Consumer interface {
 	RateLimitCounterConsume(ctx context.Context, params *db.RateLimitCounterConsumeParams) (count int64, ok bool, err error)
 	RateLimitCounterGet(ctx context.Context, params *db.RateLimitCounterGetParams) (int64, error)
+	RateLimitCounterDelete(ctx context.Context, params *db.RateLimitCounterDeleteParams) error
+}
+
+// Subject is who a request counts against: its value for each scope. IP is the client's address
+// (IPResolver finds it; IPv6 counts per /64, see BucketKey), Email a normalised address, Key an
+// opaque key the caller names (an account id, say; at most what fits a request, it is hashed like
+// the others).
+//
+// Allow and Peek check an action's IP rule always (the zero IP counts in one shared bucket,
+// "invalid", as an unparsable peer does), and its email and key rules when Email and Key are not
+// empty. Clear clears only the scopes the subject names: a valid IP, a non-empty Email or Key.
+type Subject struct {
+	IP    netip.Addr
+	Email string
+	Key   string
+}
+
+// value is the subject's value of scope for Allow and Peek, and whether its rule is checked.
+func (s Subject) value(scope Scope) (string, bool) {
+	switch scope {
+	case ScopeIP:
+		return BucketKey(s.IP), true
+	case ScopeEmail:
+		return s.Email, s.Email != ""
+	case ScopeKey:
+		return s.Key, s.Key != ""
+	}
+	return "", false
+}
+
+// clearValue is the subject's value of scope for Clear, and whether the subject names it.
+func (s Subject) clearValue(scope Scope) (string, bool) {
+	if scope == ScopeIP {
+		return BucketKey(s.IP), s.IP.IsValid()
+	}
+	return s.value(scope)
 }
 
 // LimiterConfig holds a Limiter's optional settings. A nil *LimiterConfig takes every default.
@@ -32,9 +69,11 @@ type LimiterConfig struct {
 	// NowFunc returns the current time; time.Now when nil. Tests stub it.
 	NowFunc func() time.Time
 
-	// DenyCacheSize bounds the in-process cache of refused (key, window) pairs, which answers a
-	// repeat refusal without the database (a refusal is final until its window ends). 0 means
-	// DefaultDenyCacheSize; a negative value disables the cache.
+	// DenyCacheSize bounds the in-process cache of refused (key, window) pairs of the built-in
+	// actions, which answers a repeat refusal without the database (a refusal is final until its
+	// window ends). 0 means DefaultDenyCacheSize; a negative value disables the cache. Refusals
+	// of custom actions are never cached: Clear, in whichever process it runs, must be seen at
+	// once by every process sharing the database, and a cached refusal elsewhere would outlive it.
 	DenyCacheSize int
 
 	// Registerer, when set, receives postguard_rate_limit_decisions_total{action,scope,outcome}
@@ -54,14 +93,16 @@ type Limiter struct {
 	rules   Rules
 }
 
-// actionRules are the rules of one action, each with its metric counters resolved up front.
-type actionRules struct {
-	ip, email *limiterRule
-}
+// actionRules are the rules of one action in the order they are checked (scopeOrder), each with
+// its metric counters resolved up front.
+type actionRules []*limiterRule
 
 type limiterRule struct {
 	Rule
 	allowed, refused prometheus.Counter // nil without a Registerer
+	// cached says refusals of the rule go to the deny cache: built-in actions only (see
+	// LimiterConfig.DenyCacheSize).
+	cached bool
 }
 
 // NewLimiter returns a Limiter that counts through store, keys counters with secret (APP_SECRET)
@@ -102,22 +143,20 @@ func NewLimiter(store Consumer, secret []byte, rules Rules, config *LimiterConfi
 	if config.Registerer != nil {
 		decisions = registerDecisions(config.Registerer)
 	}
-	for _, rule := range rules.All() {
-		lr := &limiterRule{Rule: rule}
-		if decisions != nil {
-			// Resolving the series now makes them exist at 0 before the first request, so
-			// dashboards and rate() see every rule from the start.
-			lr.allowed = decisions.WithLabelValues(string(rule.Action), string(rule.Scope), "allowed")
-			lr.refused = decisions.WithLabelValues(string(rule.Action), string(rule.Scope), "refused")
+	for _, scope := range scopeOrder {
+		for _, rule := range rules.All() {
+			if rule.Scope != scope {
+				continue
+			}
+			lr := &limiterRule{Rule: rule, cached: rule.Action.BuiltIn()}
+			if decisions != nil {
+				// Resolving the series now makes them exist at 0 before the first request, so
+				// dashboards and rate() see every rule from the start.
+				lr.allowed = decisions.WithLabelValues(string(rule.Action), string(rule.Scope), "allowed")
+				lr.refused = decisions.WithLabelValues(string(rule.Action), string(rule.Scope), "refused")
+			}
+			l.actions[rule.Action] = append(l.actions[rule.Action], lr)
 		}
-		ar := l.actions[rule.Action]
-		switch rule.Scope {
-		case ScopeIP:
-			ar.ip = lr
-		case ScopeEmail:
-			ar.email = lr
-		}
-		l.actions[rule.Action] = ar
 	}
 	return l
 }
@@ -125,6 +164,16 @@ func NewLimiter(store Consumer, secret []byte, rules Rules, config *LimiterConfi
 // Rules returns the rules the Limiter enforces, so that a caller can check at start that the
 // actions it will ask about have one.
 func (l *Limiter) Rules() Rules { return l.rules }
+
+// Scopes returns the scopes action has rules of, in the order they are checked (IP, email,
+// key); none for an action without rules.
+func (l *Limiter) Scopes(action Action) []Scope {
+	var scopes []Scope
+	for _, rule := range l.actions[action] {
+		scopes = append(scopes, rule.Scope)
+	}
+	return scopes
+}
 
 func registerDecisions(reg prometheus.Registerer) *prometheus.CounterVec {
 	vec := prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -160,8 +209,8 @@ type Decision struct {
 }
 
 // Of returns what the action's rule of scope alone decided for the request, and false when the
-// action has no rule of that scope or the rule was not checked (an earlier rule refused, or no
-// email was given). A route that must speak of one budget only, such as forgot-password, whose
+// action has no rule of that scope or the rule was not checked (an earlier rule refused, or the
+// subject gave no value of that scope). A route that must speak of one budget only, such as forgot-password, whose
 // headers describe the client's own IP rule and never an email's, writes Of(ScopeIP)'s headers
 // whichever rule answered.
 func (d *Decision) Of(scope Scope) (*Decision, bool) {
@@ -202,33 +251,64 @@ func (d *Decision) SetHeaders(h http.Header) {
 	}
 }
 
-// Allow spends one request of action for a client IP and, unless email is "", an email address
-// (already normalised by the caller). The IP rule is checked first, then the email rule; the
-// first refusal answers. A rule never counts a request it refuses, but a request the email rule
-// refuses has spent its IP allowance. Each check is one atomic database statement, unless the
-// in-process deny cache already knows the window is exhausted. A scope the rules leave out is not
-// limited; an action without any rule is an error. Allow returns an error only when the store
-// fails (wrapped); the caller chooses whether to fail open or closed.
-func (l *Limiter) Allow(ctx context.Context, action Action, ip netip.Addr, email string) (*Decision, error) {
-	return l.decide(ctx, action, ip, email, l.check)
+// Allow spends one request of action for subject. The action's rules are checked in order, IP,
+// then email, then key (see Subject for which apply), each spending only when the ones before it
+// admitted; the first refusal answers. A rule never counts a request it refuses, but a request a
+// later rule refuses has spent the earlier rules' allowance. Each check is one atomic database
+// statement, unless the in-process deny cache already knows the window is exhausted. A scope the
+// rules leave out is not limited; an action without any rule is an error. Allow returns an error
+// only when the store fails (wrapped); the caller chooses whether to fail open or closed.
+func (l *Limiter) Allow(ctx context.Context, action Action, subject Subject) (*Decision, error) {
+	return l.decide(ctx, action, subject, l.check)
 }
 
-// Peek answers what Allow would answer now for action, ip and email, and spends nothing: each
+// Peek answers what Allow would answer now for action and subject, and spends nothing: each
 // rule's current window is read (one statement per rule, unless the deny cache knows the window
 // is exhausted) and compared with the rule's limit, in Allow's order, the first one at its limit
 // answering. Remaining is what the window has left now, before any spending. Peek counts nothing,
 // in the database or in the metrics. Pairing it with Allow limits failures only: peek before an
 // attempt, refuse while the window is exhausted, and Allow (spend) when the attempt failed. Like
 // Allow, Peek returns an error only when the store fails.
-func (l *Limiter) Peek(ctx context.Context, action Action, ip netip.Addr, email string) (*Decision, error) {
-	return l.decide(ctx, action, ip, email, l.peek)
+func (l *Limiter) Peek(ctx context.Context, action Action, subject Subject) (*Decision, error) {
+	return l.decide(ctx, action, subject, l.peek)
 }
 
-// decide runs check on each rule of action that applies, IP first, and answers as Allow says.
-func (l *Limiter) decide(ctx context.Context, action Action, ip netip.Addr, email string,
+// Clear deletes the subject's counters of action's current windows, for the scopes the subject
+// names (a valid IP, a non-empty email or key; see Subject), and forgets this process's cached
+// refusals of them: the subject starts those windows afresh. A login that succeeds clears the
+// account's key and leaves its IP's failures counted, so a valid account of the attacker's own
+// does not reset a password spray. An action without any rule is an error, as is a store
+// failure. Refusals of built-in actions cached by other processes sharing the database stay
+// until their window ends; custom actions' are never cached (LimiterConfig.DenyCacheSize).
+func (l *Limiter) Clear(ctx context.Context, action Action, subject Subject) error {
+	rules, ok := l.actions[action]
+	if !ok {
+		return fmt.Errorf("no rate-limit rule for action %q", action)
+	}
+	now := l.now()
+	for _, rule := range rules {
+		value, ok := subject.clearValue(rule.Scope)
+		if !ok {
+			continue
+		}
+		win := windowAt(now, rule.Window)
+		key := l.keys.key(rule.Action, rule.Scope, value)
+		if err := l.store.RateLimitCounterDelete(ctx, &db.RateLimitCounterDeleteParams{KeyHash: key[:], WindowStart: win.start}); err != nil {
+			return fmt.Errorf("error clearing rate limit %s: %w", rule.PolicyName(), err)
+		}
+		if l.denied != nil {
+			l.denied.remove(key, win.start)
+		}
+	}
+	return nil
+}
+
+// decide runs check on each rule of action that applies, in order, and answers as Allow says.
+// It is the one place a request's checks are made.
+func (l *Limiter) decide(ctx context.Context, action Action, subject Subject,
 	check func(ctx context.Context, rule *limiterRule, value string, now time.Time) (*Decision, error),
 ) (*Decision, error) {
-	ar, ok := l.actions[action]
+	rules, ok := l.actions[action]
 	if !ok {
 		return nil, fmt.Errorf("no rate-limit rule for action %q", action)
 	}
@@ -236,20 +316,12 @@ func (l *Limiter) decide(ctx context.Context, action Action, ip netip.Addr, emai
 
 	var answer *Decision
 	var checked []*Decision
-	if ar.ip != nil {
-		d, err := check(ctx, ar.ip, BucketKey(ip), now)
-		if err != nil {
-			return nil, err
+	for _, rule := range rules {
+		value, ok := subject.value(rule.Scope)
+		if !ok {
+			continue
 		}
-		checked = append(checked, d)
-		if !d.Allowed {
-			d.checked = checked
-			return d, nil
-		}
-		answer = d
-	}
-	if ar.email != nil && email != "" {
-		d, err := check(ctx, ar.email, email, now)
+		d, err := check(ctx, rule, value, now)
 		if err != nil {
 			return nil, err
 		}
@@ -263,7 +335,7 @@ func (l *Limiter) decide(ctx context.Context, action Action, ip netip.Addr, emai
 			answer = d
 		}
 	}
-	if answer == nil { // only an email rule, and no email
+	if answer == nil { // no rule applied: only email or key rules, and no such value
 		answer = &Decision{Allowed: true}
 	}
 	answer.checked = checked
@@ -276,7 +348,8 @@ func (l *Limiter) check(ctx context.Context, rule *limiterRule, value string, no
 	key := l.keys.key(rule.Action, rule.Scope, value)
 	d := &Decision{Rule: rule.Rule, ResetAfter: win.end.Sub(now)}
 
-	if l.denied != nil && l.denied.contains(key, win.start, now) {
+	denied := l.denyCacheOf(rule)
+	if denied != nil && denied.contains(key, win.start, now) {
 		observe(rule.refused)
 		return d, nil
 	}
@@ -291,8 +364,8 @@ func (l *Limiter) check(ctx context.Context, rule *limiterRule, value string, no
 		return nil, fmt.Errorf("error consuming rate limit %s: %w", rule.PolicyName(), err)
 	}
 	if !ok {
-		if l.denied != nil {
-			l.denied.add(key, win.start, win.end)
+		if denied != nil {
+			denied.add(key, win.start, win.end)
 		}
 		observe(rule.refused)
 		return d, nil
@@ -304,14 +377,15 @@ func (l *Limiter) check(ctx context.Context, rule *limiterRule, value string, no
 }
 
 // peek reads rule's current window for value and decides as check would, spending nothing. A
-// window found at its limit goes into the deny cache: counts only grow within a window, so it
-// stays refused until it ends.
+// window of a built-in action found at its limit goes into the deny cache: nothing clears those,
+// and counts only grow within a window, so it stays refused until it ends.
 func (l *Limiter) peek(ctx context.Context, rule *limiterRule, value string, now time.Time) (*Decision, error) {
 	win := windowAt(now, rule.Window)
 	key := l.keys.key(rule.Action, rule.Scope, value)
 	d := &Decision{Rule: rule.Rule, ResetAfter: win.end.Sub(now)}
 
-	if l.denied != nil && l.denied.contains(key, win.start, now) {
+	denied := l.denyCacheOf(rule)
+	if denied != nil && denied.contains(key, win.start, now) {
 		return d, nil
 	}
 
@@ -323,14 +397,23 @@ func (l *Limiter) peek(ctx context.Context, rule *limiterRule, value string, now
 		return nil, fmt.Errorf("error reading rate limit %s: %w", rule.PolicyName(), err)
 	}
 	if count >= rule.Limit {
-		if l.denied != nil {
-			l.denied.add(key, win.start, win.end)
+		if denied != nil {
+			denied.add(key, win.start, win.end)
 		}
 		return d, nil
 	}
 	d.Allowed = true
 	d.Remaining = rule.Limit - count
 	return d, nil
+}
+
+// denyCacheOf is the deny cache rule's refusals go to: nil when the cache is disabled, or for a
+// rule of a custom action.
+func (l *Limiter) denyCacheOf(rule *limiterRule) *denyCache {
+	if !rule.cached {
+		return nil
+	}
+	return l.denied
 }
 
 func observe(c prometheus.Counter) {

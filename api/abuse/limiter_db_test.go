@@ -112,7 +112,7 @@ func TestLimiter_AllowStore(t *testing.T) {
 				)
 				for range 50 {
 					wg.Go(func() {
-						d, err := l.Allow(context.Background(), ActionRegister, clientIP, "")
+						d, err := l.Allow(context.Background(), ActionRegister, Subject{IP: clientIP})
 						if err != nil {
 							t.Error(err)
 							return
@@ -140,6 +140,97 @@ func TestLimiter_AllowStore(t *testing.T) {
 			}
 		})
 
+		t.Run("ConcurrentOneKeyCustomAction", func(t *testing.T) {
+			t.Parallel()
+
+			// 50 concurrent spends of one account's key, each from another IP, limit 3.
+			store := newStore(t)
+			rules := Rules{}.
+				With(Rule{Action: "login", Scope: ScopeIP, Limit: 100, Window: 15 * time.Minute}).
+				With(Rule{Action: "login", Scope: ScopeKey, Limit: 3, Window: 15 * time.Minute})
+			clock := &stubClock{now: windowBase.Add(90 * time.Second)}
+			l := NewLimiter(store, testSecret, rules, &LimiterConfig{NowFunc: clock.Now})
+
+			var (
+				allowed, refused int
+				mu               sync.Mutex
+				wg               sync.WaitGroup
+			)
+			start := make(chan struct{})
+			for i := range 50 {
+				wg.Go(func() {
+					<-start
+					d, err := l.Allow(context.Background(), "login", Subject{IP: netip.AddrFrom4([4]byte{203, 0, 113, byte(i)}), Key: "account-42"})
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					mu.Lock()
+					defer mu.Unlock()
+					if d.Allowed {
+						allowed++
+					} else {
+						refused++
+						require.Equal(t, ScopeKey, d.Rule.Scope)
+					}
+				})
+			}
+			close(start)
+			wg.Wait()
+			require.Equal(t, 3, allowed)
+			require.Equal(t, 47, refused)
+
+			keys := newKeyer(testSecret)
+			row := findCounter(counterRows(t, store), keys.key("login", ScopeKey, "account-42"))
+			require.NotNil(t, row)
+			require.Equal(t, int64(3), row.Count, "a refused request is never counted")
+			require.Equal(t, int64(3), row.LimitCount)
+			require.Len(t, counterRows(t, store), 51, "50 IP counters and one key counter")
+		})
+
+		t.Run("ClearDeletesTheCurrentWindow", func(t *testing.T) {
+			t.Parallel()
+
+			store := newStore(t)
+			clock := &stubClock{now: windowBase.Add(90 * time.Second)}
+			l := NewLimiter(store, testSecret, loginRules(), &LimiterConfig{NowFunc: clock.Now})
+			// Another process on the same database: its view follows the clear at once.
+			other := NewLimiter(store, testSecret, loginRules(), &LimiterConfig{NowFunc: clock.Now})
+			ctx := context.Background()
+			subject := Subject{IP: clientIP, Key: "account-42"}
+
+			for range 4 {
+				_, err := l.Allow(ctx, "login", subject)
+				require.NoError(t, err)
+			}
+			d, err := other.Peek(ctx, "login", subject)
+			require.NoError(t, err)
+			require.False(t, d.Allowed)
+
+			// The previous window's counter is left for prune; only the current one goes.
+			clock.Set(windowBase.Add(-time.Minute))
+			_, err = l.Allow(ctx, "login", Subject{IP: clientIP2, Key: "account-42"})
+			require.NoError(t, err)
+			clock.Set(windowBase.Add(90 * time.Second))
+
+			require.NoError(t, l.Clear(ctx, "login", Subject{Key: "account-42"}))
+			d, err = other.Peek(ctx, "login", subject)
+			require.NoError(t, err)
+			require.True(t, d.Allowed)
+			key, _ := d.Of(ScopeKey)
+			require.Equal(t, int64(3), key.Remaining)
+
+			keys := newKeyer(testSecret)
+			rows := counterRows(t, store)
+			require.Len(t, rows, 3, "the IPs' counters, and the key's of the previous window")
+			require.Equal(t, int64(4), findCounter(rows, keys.key("login", ScopeIP, "198.51.100.7")).Count)
+			keyRow := findCounter(rows, keys.key("login", ScopeKey, "account-42"))
+			require.NotNil(t, keyRow)
+			require.Equal(t, windowBase.Add(-time.Hour).UnixMicro(), keyRow.WindowStart)
+
+			require.NoError(t, l.Clear(ctx, "login", Subject{Key: "account-42"}), "clearing twice is fine")
+		})
+
 		t.Run("EmailRefusalSpendsIPAllowance", func(t *testing.T) {
 			t.Parallel()
 
@@ -147,11 +238,11 @@ func TestLimiter_AllowStore(t *testing.T) {
 			ctx := context.Background()
 
 			for i := range 3 {
-				d, err := l.Allow(ctx, ActionRegister, netip.AddrFrom4([4]byte{203, 0, 113, byte(i)}), "alice@example.com")
+				d, err := l.Allow(ctx, ActionRegister, Subject{IP: netip.AddrFrom4([4]byte{203, 0, 113, byte(i)}), Email: "alice@example.com"})
 				require.NoError(t, err)
 				require.True(t, d.Allowed)
 			}
-			d, err := l.Allow(ctx, ActionRegister, clientIP, "alice@example.com")
+			d, err := l.Allow(ctx, ActionRegister, Subject{IP: clientIP, Email: "alice@example.com"})
 			require.NoError(t, err)
 			require.False(t, d.Allowed)
 			require.Equal(t, ScopeEmail, d.Rule.Scope)
@@ -181,14 +272,14 @@ func TestLimiter_AllowStore(t *testing.T) {
 			ctx := context.Background()
 
 			for i := range 7 {
-				d, err := l.Allow(ctx, ActionResendVerification, clientIP, "")
+				d, err := l.Allow(ctx, ActionResendVerification, Subject{IP: clientIP})
 				require.NoError(t, err)
 				require.Equal(t, i < 6, d.Allowed)
 			}
 			require.Equal(t, int64(7), counting.calls.Load())
 
 			for range 10 {
-				d, err := l.Allow(ctx, ActionResendVerification, clientIP, "")
+				d, err := l.Allow(ctx, ActionResendVerification, Subject{IP: clientIP})
 				require.NoError(t, err)
 				require.False(t, d.Allowed)
 				require.Equal(t, 15*time.Minute, d.ResetAfter)
@@ -197,7 +288,7 @@ func TestLimiter_AllowStore(t *testing.T) {
 
 			// Next window: back to the database, and allowed.
 			clock.Set(windowBase.Add(15 * time.Minute))
-			d, err := l.Allow(ctx, ActionResendVerification, clientIP, "")
+			d, err := l.Allow(ctx, ActionResendVerification, Subject{IP: clientIP})
 			require.NoError(t, err)
 			require.True(t, d.Allowed)
 			require.Equal(t, int64(8), counting.calls.Load())
@@ -213,14 +304,14 @@ func TestLimiter_AllowStore(t *testing.T) {
 			ctx := context.Background()
 
 			for i := range 5 {
-				d, err := other.Peek(ctx, ActionRegister, clientIP, "")
+				d, err := other.Peek(ctx, ActionRegister, Subject{IP: clientIP})
 				require.NoError(t, err)
 				require.True(t, d.Allowed)
 				require.Equal(t, int64(5-i), d.Remaining)
-				_, err = l.Allow(ctx, ActionRegister, clientIP, "")
+				_, err = l.Allow(ctx, ActionRegister, Subject{IP: clientIP})
 				require.NoError(t, err)
 			}
-			d, err := other.Peek(ctx, ActionRegister, clientIP, "")
+			d, err := other.Peek(ctx, ActionRegister, Subject{IP: clientIP})
 			require.NoError(t, err)
 			require.False(t, d.Allowed)
 			require.Equal(t, int64(900-90), d.RetryAfterSeconds())
@@ -237,16 +328,20 @@ func TestLimiter_AllowStore(t *testing.T) {
 			ctx := context.Background()
 
 			ipv6 := netip.MustParseAddr("2001:db8:1:2::beef")
-			_, err := l.Allow(ctx, ActionForgotPassword, clientIP, "alice@example.com")
+			_, err := l.Allow(ctx, ActionForgotPassword, Subject{IP: clientIP, Email: "alice@example.com"})
 			require.NoError(t, err)
-			_, err = l.Allow(ctx, ActionRegister, ipv6, "bob.smith@example.org")
+			_, err = l.Allow(ctx, ActionRegister, Subject{IP: ipv6, Email: "bob.smith@example.org"})
+			require.NoError(t, err)
+
+			custom := NewLimiter(bundle.store, testSecret, loginRules(), &LimiterConfig{NowFunc: bundle.clock.Now})
+			_, err = custom.Allow(ctx, "login", Subject{IP: clientIP, Email: "carol@example.net", Key: "account-secret-42"})
 			require.NoError(t, err)
 
 			rows := counterRows(t, bundle.store)
-			require.Len(t, rows, 4)
+			require.Len(t, rows, 7)
 			for _, row := range rows {
 				require.Len(t, row.KeyHash, 32)
-				for _, raw := range []string{"198.51.100.7", "alice", "example", "2001:db8", "bob.smith"} {
+				for _, raw := range []string{"198.51.100.7", "alice", "example", "2001:db8", "bob.smith", "carol", "account-secret"} {
 					require.NotContains(t, strings.ToLower(row.Text), raw)
 					require.NotContains(t, string(row.KeyHash), raw)
 				}
@@ -256,6 +351,7 @@ func TestLimiter_AllowStore(t *testing.T) {
 				bundle.keys.key(ActionForgotPassword, ScopeEmail, "alice@example.com"),
 				bundle.keys.key(ActionRegister, ScopeIP, "2001:db8:1:2::/64"),
 				bundle.keys.key(ActionRegister, ScopeEmail, "bob.smith@example.org"),
+				bundle.keys.key("login", ScopeKey, "account-secret-42"),
 			} {
 				require.NotNil(t, findCounter(rows, key), "rows are keyed by HMAC")
 			}

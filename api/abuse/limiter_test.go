@@ -3,6 +3,7 @@ package abuse
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/netip"
 	"sync"
@@ -64,6 +65,17 @@ func (m *memConsumer) RateLimitCounterGet(_ context.Context, params *db.RateLimi
 	return m.counts[memKey{string(params.KeyHash), params.WindowStart.UnixNano()}], nil
 }
 
+func (m *memConsumer) RateLimitCounterDelete(_ context.Context, params *db.RateLimitCounterDeleteParams) error {
+	m.calls.Add(1)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.err != nil {
+		return m.err
+	}
+	delete(m.counts, memKey{string(params.KeyHash), params.WindowStart.UnixNano()})
+	return nil
+}
+
 // countingConsumer wraps a Consumer and counts the calls that reach it.
 type countingConsumer struct {
 	Consumer
@@ -73,6 +85,11 @@ type countingConsumer struct {
 func (c *countingConsumer) RateLimitCounterConsume(ctx context.Context, params *db.RateLimitCounterConsumeParams) (int64, bool, error) {
 	c.calls.Add(1)
 	return c.Consumer.RateLimitCounterConsume(ctx, params)
+}
+
+func (c *countingConsumer) RateLimitCounterDelete(ctx context.Context, params *db.RateLimitCounterDeleteParams) error {
+	c.calls.Add(1)
+	return c.Consumer.RateLimitCounterDelete(ctx, params)
 }
 
 func (c *countingConsumer) RateLimitCounterGet(ctx context.Context, params *db.RateLimitCounterGetParams) (int64, error) {
@@ -135,7 +152,7 @@ func TestLimiter_Allow(t *testing.T) {
 
 	allow := func(t *testing.T, l *Limiter, action Action, ip netip.Addr, email string) *Decision {
 		t.Helper()
-		d, err := l.Allow(ctx, action, ip, email)
+		d, err := l.Allow(ctx, action, Subject{IP: ip, Email: email})
 		require.NoError(t, err)
 		return d
 	}
@@ -335,7 +352,7 @@ func TestLimiter_Allow(t *testing.T) {
 
 		l, bundle := setup(t, nil)
 
-		_, err := l.Allow(ctx, "login", clientIP, "")
+		_, err := l.Allow(ctx, "login", Subject{IP: clientIP})
 		require.ErrorContains(t, err, `no rate-limit rule for action "login"`)
 		require.Zero(t, bundle.consumer.calls.Load())
 	})
@@ -346,7 +363,7 @@ func TestLimiter_Allow(t *testing.T) {
 		l, bundle := setup(t, nil)
 		bundle.consumer.err = errors.New("connection refused")
 
-		d, err := l.Allow(ctx, ActionRegister, clientIP, "alice@example.com")
+		d, err := l.Allow(ctx, ActionRegister, Subject{IP: clientIP, Email: "alice@example.com"})
 		require.Nil(t, d)
 		require.ErrorIs(t, err, bundle.consumer.err)
 		require.ErrorContains(t, err, "error consuming rate limit register-ip")
@@ -449,7 +466,7 @@ func TestLimiter_Allow(t *testing.T) {
 
 		// A second limiter on the same registry shares the collector rather than panicking.
 		l2 := NewLimiter(bundle.consumer, testSecret, DefaultRules(), &LimiterConfig{Registerer: bundle.registry, NowFunc: bundle.clock.Now})
-		_, err := l2.Allow(ctx, ActionRegister, clientIP2, "")
+		_, err := l2.Allow(ctx, ActionRegister, Subject{IP: clientIP2})
 		require.NoError(t, err)
 		require.InDelta(t, 6, vec("register", "ip", "allowed"), 0)
 	})
@@ -484,7 +501,7 @@ func TestLimiter_Peek(t *testing.T) {
 
 	peek := func(t *testing.T, l *Limiter, action Action, ip netip.Addr, email string) *Decision {
 		t.Helper()
-		d, err := l.Peek(ctx, action, ip, email)
+		d, err := l.Peek(ctx, action, Subject{IP: ip, Email: email})
 		require.NoError(t, err)
 		return d
 	}
@@ -504,7 +521,7 @@ func TestLimiter_Peek(t *testing.T) {
 		require.Empty(t, bundle.consumer.counts, "a peek counted something")
 
 		// Allow then sees the untouched window.
-		d, err := l.Allow(ctx, ActionRegister, clientIP, "alice@example.com")
+		d, err := l.Allow(ctx, ActionRegister, Subject{IP: clientIP, Email: "alice@example.com"})
 		require.NoError(t, err)
 		require.Equal(t, int64(2), d.Remaining)
 		require.Equal(t, int64(2), peek(t, l, ActionRegister, clientIP, "alice@example.com").Remaining)
@@ -517,7 +534,7 @@ func TestLimiter_Peek(t *testing.T) {
 
 		for i := range 5 {
 			require.Equal(t, int64(5-i), peek(t, l, ActionRegister, clientIP, "").Remaining)
-			_, err := l.Allow(ctx, ActionRegister, clientIP, "")
+			_, err := l.Allow(ctx, ActionRegister, Subject{IP: clientIP})
 			require.NoError(t, err)
 		}
 		d := peek(t, l, ActionRegister, clientIP, "")
@@ -540,7 +557,7 @@ func TestLimiter_Peek(t *testing.T) {
 		l, _ := setup(t, nil)
 
 		for i := range 3 {
-			_, err := l.Allow(ctx, ActionForgotPassword, netip.AddrFrom4([4]byte{203, 0, 113, byte(i)}), "alice@example.com")
+			_, err := l.Allow(ctx, ActionForgotPassword, Subject{IP: netip.AddrFrom4([4]byte{203, 0, 113, byte(i)}), Email: "alice@example.com"})
 			require.NoError(t, err)
 		}
 		d := peek(t, l, ActionForgotPassword, clientIP, "alice@example.com")
@@ -557,7 +574,7 @@ func TestLimiter_Peek(t *testing.T) {
 		l, bundle := setup(t, nil)
 
 		for range 5 {
-			_, err := l.Allow(ctx, ActionRegister, clientIP, "")
+			_, err := l.Allow(ctx, ActionRegister, Subject{IP: clientIP})
 			require.NoError(t, err)
 		}
 		require.False(t, peek(t, l, ActionRegister, clientIP, "").Allowed)
@@ -588,11 +605,11 @@ func TestLimiter_Peek(t *testing.T) {
 
 		l, bundle := setup(t, nil)
 
-		_, err := l.Peek(ctx, "login", clientIP, "")
+		_, err := l.Peek(ctx, "login", Subject{IP: clientIP})
 		require.ErrorContains(t, err, `no rate-limit rule for action "login"`)
 
 		bundle.consumer.err = errors.New("connection refused")
-		d, err := l.Peek(ctx, ActionRegister, clientIP, "")
+		d, err := l.Peek(ctx, ActionRegister, Subject{IP: clientIP})
 		require.Nil(t, d)
 		require.ErrorIs(t, err, bundle.consumer.err)
 		require.ErrorContains(t, err, "error reading rate limit register-ip")
@@ -622,6 +639,258 @@ func decisionsCount(t *testing.T, reg *prometheus.Registry, action, scope, outco
 	}
 	t.Fatalf("no series action=%s scope=%s outcome=%s", action, scope, outcome)
 	return 0
+}
+
+// loginRules are a host app's login limits: per IP (password spraying), per email (the address
+// tried) and per key (the account), the failure-counting pattern's.
+func loginRules() Rules {
+	return DefaultRules().
+		With(Rule{Action: "login", Scope: ScopeIP, Limit: 10, Window: 15 * time.Minute}).
+		With(Rule{Action: "login", Scope: ScopeKey, Limit: 3, Window: time.Hour}).
+		With(Rule{Action: "login", Scope: ScopeEmail, Limit: 5, Window: 30 * time.Minute})
+}
+
+func TestLimiter_CustomAction(t *testing.T) {
+	t.Parallel()
+
+	type testBundle struct {
+		clock    *stubClock
+		consumer *memConsumer
+	}
+
+	setup := func(t *testing.T) (*Limiter, *testBundle) {
+		t.Helper()
+
+		bundle := &testBundle{clock: &stubClock{now: windowBase}, consumer: newMemConsumer()}
+		return NewLimiter(bundle.consumer, testSecret, loginRules(), &LimiterConfig{NowFunc: bundle.clock.Now}), bundle
+	}
+
+	ctx := context.Background()
+
+	allow := func(t *testing.T, l *Limiter, subject Subject) *Decision {
+		t.Helper()
+		d, err := l.Allow(ctx, "login", subject)
+		require.NoError(t, err)
+		return d
+	}
+
+	t.Run("OrderIPEmailKey", func(t *testing.T) {
+		t.Parallel()
+
+		l, bundle := setup(t)
+		require.Equal(t, []Scope{ScopeIP, ScopeEmail, ScopeKey}, l.Scopes("login"), "checked in scope order, whatever the rules' order")
+
+		subject := Subject{IP: clientIP, Email: "alice@example.com", Key: "account-42"}
+		d := allow(t, l, subject)
+		require.True(t, d.Allowed)
+		keys := newKeyer(testSecret)
+		want := []keyHash{
+			keys.key("login", ScopeIP, "198.51.100.7"),
+			keys.key("login", ScopeEmail, "alice@example.com"),
+			keys.key("login", ScopeKey, "account-42"),
+		}
+		require.Len(t, bundle.consumer.params, 3)
+		for i, p := range bundle.consumer.params {
+			require.Equal(t, want[i][:], p.KeyHash, "check %d", i)
+		}
+		require.Equal(t, ScopeKey, d.Rule.Scope, "the tightest rule answers: 2 left of 3")
+		require.Equal(t, int64(2), d.Remaining)
+		for _, scope := range []Scope{ScopeIP, ScopeEmail, ScopeKey} {
+			_, ok := d.Of(scope)
+			require.True(t, ok, scope)
+		}
+	})
+
+	t.Run("KeyRefusalSpendsEarlierRulesOnly", func(t *testing.T) {
+		t.Parallel()
+
+		l, bundle := setup(t)
+
+		// The key's 3 from three IPs and addresses; the 4th, from a fourth, is refused by the key
+		// rule after spending its IP and email allowance.
+		for i := range 3 {
+			require.True(t, allow(t, l, Subject{IP: netip.AddrFrom4([4]byte{203, 0, 113, byte(i)}), Email: fmt.Sprintf("a%d@example.com", i), Key: "account-42"}).Allowed)
+		}
+		d := allow(t, l, Subject{IP: clientIP, Email: "bob@example.com", Key: "account-42"})
+		require.False(t, d.Allowed)
+		require.Equal(t, ScopeKey, d.Rule.Scope)
+		require.Equal(t, time.Hour, d.ResetAfter)
+		ip, ok := d.Of(ScopeIP)
+		require.True(t, ok)
+		require.Equal(t, int64(9), ip.Remaining, "the IP rule spent one")
+
+		// An IP refusal spends nothing of the email or key rules.
+		for range 9 {
+			allow(t, l, Subject{IP: clientIP})
+		}
+		calls := bundle.consumer.calls.Load()
+		d = allow(t, l, Subject{IP: clientIP, Email: "carol@example.com", Key: "account-7"})
+		require.False(t, d.Allowed)
+		require.Equal(t, ScopeIP, d.Rule.Scope)
+		require.Equal(t, calls+1, bundle.consumer.calls.Load(), "email and key rules not checked after an IP refusal")
+		_, ok = d.Of(ScopeKey)
+		require.False(t, ok)
+		require.True(t, allow(t, l, Subject{IP: clientIP2, Key: "account-7"}).Allowed)
+		d, err := l.Peek(ctx, "login", Subject{IP: clientIP2, Key: "account-7"})
+		require.NoError(t, err)
+		require.Equal(t, int64(2), d.Remaining, "account-7 spent once, from clientIP2 only")
+	})
+
+	t.Run("EmptyValuesSkipRules", func(t *testing.T) {
+		t.Parallel()
+
+		l, bundle := setup(t)
+
+		d := allow(t, l, Subject{IP: clientIP})
+		require.True(t, d.Allowed)
+		require.Equal(t, ScopeIP, d.Rule.Scope)
+		require.Equal(t, int64(1), bundle.consumer.calls.Load())
+		_, ok := d.Of(ScopeKey)
+		require.False(t, ok)
+	})
+
+	t.Run("RefusalsNotCached", func(t *testing.T) {
+		t.Parallel()
+
+		l, bundle := setup(t)
+
+		subject := Subject{IP: clientIP, Key: "account-42"}
+		for range 3 {
+			require.True(t, allow(t, l, subject).Allowed)
+		}
+		calls := bundle.consumer.calls.Load()
+		for range 5 {
+			require.False(t, allow(t, l, subject).Allowed)
+			d, err := l.Peek(ctx, "login", subject)
+			require.NoError(t, err)
+			require.False(t, d.Allowed)
+		}
+		// Each refusal went to the store (IP check + key check per Allow, the same per Peek): a
+		// clear in another process must be seen at once.
+		require.Equal(t, calls+5*2*2, bundle.consumer.calls.Load())
+	})
+}
+
+func TestLimiter_Clear(t *testing.T) {
+	t.Parallel()
+
+	type testBundle struct {
+		clock    *stubClock
+		consumer *memConsumer
+	}
+
+	setup := func(t *testing.T) (*Limiter, *testBundle) {
+		t.Helper()
+
+		bundle := &testBundle{clock: &stubClock{now: windowBase.Add(time.Minute)}, consumer: newMemConsumer()}
+		return NewLimiter(bundle.consumer, testSecret, loginRules(), &LimiterConfig{NowFunc: bundle.clock.Now}), bundle
+	}
+
+	ctx := context.Background()
+
+	t.Run("ClearsNamedScopesOnly", func(t *testing.T) {
+		t.Parallel()
+
+		l, _ := setup(t)
+
+		subject := Subject{IP: clientIP, Key: "account-42"}
+		for range 3 {
+			_, err := l.Allow(ctx, "login", subject)
+			require.NoError(t, err)
+		}
+		d, err := l.Peek(ctx, "login", subject)
+		require.NoError(t, err)
+		require.False(t, d.Allowed)
+		require.Equal(t, ScopeKey, d.Rule.Scope)
+
+		// A login that succeeded clears the account's failures, not the IP's.
+		require.NoError(t, l.Clear(ctx, "login", Subject{Key: "account-42"}))
+		d, err = l.Peek(ctx, "login", subject)
+		require.NoError(t, err)
+		require.True(t, d.Allowed)
+		key, _ := d.Of(ScopeKey)
+		require.Equal(t, int64(3), key.Remaining, "the key's window starts afresh")
+		ip, _ := d.Of(ScopeIP)
+		require.Equal(t, int64(7), ip.Remaining, "the IP's failures still count")
+
+		// Naming the IP clears it too.
+		require.NoError(t, l.Clear(ctx, "login", Subject{IP: clientIP}))
+		d, err = l.Peek(ctx, "login", subject)
+		require.NoError(t, err)
+		ip, _ = d.Of(ScopeIP)
+		require.Equal(t, int64(10), ip.Remaining)
+	})
+
+	t.Run("OtherSubjectsKeepTheirCounts", func(t *testing.T) {
+		t.Parallel()
+
+		l, _ := setup(t)
+
+		for _, key := range []string{"account-1", "account-2"} {
+			_, err := l.Allow(ctx, "login", Subject{IP: clientIP, Key: key})
+			require.NoError(t, err)
+		}
+		require.NoError(t, l.Clear(ctx, "login", Subject{Key: "account-1"}))
+		d, err := l.Peek(ctx, "login", Subject{IP: clientIP2, Key: "account-2"})
+		require.NoError(t, err)
+		key, _ := d.Of(ScopeKey)
+		require.Equal(t, int64(2), key.Remaining)
+	})
+
+	t.Run("DropsCachedRefusals", func(t *testing.T) {
+		t.Parallel()
+
+		l, bundle := setup(t)
+
+		for range 5 {
+			_, err := l.Allow(ctx, ActionRegister, Subject{IP: clientIP})
+			require.NoError(t, err)
+		}
+		d, err := l.Allow(ctx, ActionRegister, Subject{IP: clientIP})
+		require.NoError(t, err)
+		require.False(t, d.Allowed)
+		calls := bundle.consumer.calls.Load()
+		d, err = l.Allow(ctx, ActionRegister, Subject{IP: clientIP})
+		require.NoError(t, err)
+		require.False(t, d.Allowed)
+		require.Equal(t, calls, bundle.consumer.calls.Load(), "refused from the deny cache")
+
+		require.NoError(t, l.Clear(ctx, ActionRegister, Subject{IP: clientIP}))
+		d, err = l.Allow(ctx, ActionRegister, Subject{IP: clientIP})
+		require.NoError(t, err)
+		require.True(t, d.Allowed, "the cleared window is not answered from memory")
+		require.Equal(t, int64(4), d.Remaining)
+
+		// Refused again once spent again: the revived entry works as a new one.
+		for range 4 {
+			_, err := l.Allow(ctx, ActionRegister, Subject{IP: clientIP})
+			require.NoError(t, err)
+		}
+		d, err = l.Allow(ctx, ActionRegister, Subject{IP: clientIP})
+		require.NoError(t, err)
+		require.False(t, d.Allowed)
+	})
+
+	t.Run("NothingNamedClearsNothing", func(t *testing.T) {
+		t.Parallel()
+
+		l, bundle := setup(t)
+
+		require.NoError(t, l.Clear(ctx, "login", Subject{}))
+		require.Zero(t, bundle.consumer.calls.Load())
+	})
+
+	t.Run("Errors", func(t *testing.T) {
+		t.Parallel()
+
+		l, bundle := setup(t)
+
+		require.ErrorContains(t, l.Clear(ctx, "logout", Subject{Key: "x"}), `no rate-limit rule for action "logout"`)
+		bundle.consumer.err = errors.New("connection refused")
+		err := l.Clear(ctx, "login", Subject{Key: "x"})
+		require.ErrorIs(t, err, bundle.consumer.err)
+		require.ErrorContains(t, err, "error clearing rate limit login-key")
+	})
 }
 
 func TestLimiter_Rules(t *testing.T) {
@@ -679,6 +948,27 @@ func TestDenyCache(t *testing.T) {
 		require.Equal(t, 2, c.len())
 		require.True(t, c.contains(key(1), start, start))
 		require.True(t, c.contains(key(2), start, start))
+	})
+
+	t.Run("Remove", func(t *testing.T) {
+		t.Parallel()
+
+		c := newDenyCache(2)
+		c.add(key(1), start, end)
+		c.add(key(2), start, end)
+		c.remove(key(1), start)
+		c.remove(key(3), start) // not there: nothing happens
+		require.False(t, c.contains(key(1), start, start))
+		require.True(t, c.contains(key(2), start, start))
+		require.Equal(t, 2, c.len(), "kept, as expired, so the ring and the map hold the same keys")
+
+		c.add(key(1), start, end)
+		require.True(t, c.contains(key(1), start, start), "revived in place")
+		c.add(key(3), start, end) // evicts the oldest insertion, key 1
+		require.False(t, c.contains(key(1), start, start))
+		require.True(t, c.contains(key(2), start, start))
+		require.True(t, c.contains(key(3), start, start))
+		require.Equal(t, 2, c.len())
 	})
 
 	t.Run("WindowScoped", func(t *testing.T) {

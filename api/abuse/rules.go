@@ -3,13 +3,17 @@ package abuse
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 )
 
-// Action is a guarded auth action. Its value appears in rate-limit keys, metric labels and (in
-// upper case) in the RATE_LIMIT_<ACTION>_<SCOPE> variables, so it never changes once deployed.
+// Action is a guarded action: one of postguard's own auth actions (the constants below), or a
+// custom action of a host app's (login above all), named by its RATE_LIMIT_<ACTION>_<SCOPE>
+// variables. Its value is lower case, [a-z][a-z0-9_]{0,31}; it appears in rate-limit keys,
+// metric labels, the /v1/limits/{action} route and (in upper case) in the variables, so it never
+// changes once deployed.
 type Action string
 
 const (
@@ -22,6 +26,28 @@ const (
 	ActionRiverUILogin Action = "riverui_login"
 )
 
+// maxActionLen is the longest action name: a short name keeps variable names, metric labels
+// and keys readable.
+const maxActionLen = 32
+
+// builtInScopes are the scopes each of postguard's own actions counts by: its routes have no
+// other value to give (reset-password carries a token, not an address; no built-in route has a
+// key).
+var builtInScopes = map[Action][]Scope{ //nolint:gochecknoglobals // a constant table
+	ActionRegister:           {ScopeIP, ScopeEmail},
+	ActionForgotPassword:     {ScopeIP, ScopeEmail},
+	ActionResendVerification: {ScopeIP, ScopeEmail},
+	ActionResetPassword:      {ScopeIP},
+	ActionRiverUILogin:       {ScopeIP},
+}
+
+// BuiltIn reports whether a is one of postguard's own actions, which its routes spend; the others
+// are custom actions, spent through the limits API or the Go library.
+func (a Action) BuiltIn() bool {
+	_, ok := builtInScopes[a]
+	return ok
+}
+
 // Scope is what a rule counts requests by.
 type Scope string
 
@@ -30,7 +56,14 @@ const (
 	ScopeIP Scope = "ip"
 	// ScopeEmail counts by normalised email address.
 	ScopeEmail Scope = "email"
+	// ScopeKey counts by an opaque key the caller names, such as an account id: custom actions
+	// only.
+	ScopeKey Scope = "key"
 )
+
+// scopeOrder is the order in which an action's rules are checked: IP, then email, then key. A
+// request the IP rule refuses spends nothing of the others.
+var scopeOrder = [...]Scope{ScopeIP, ScopeEmail, ScopeKey} //nolint:gochecknoglobals // a constant list
 
 // Rule allows Limit requests of one action per Window, counted per Scope, in fixed windows
 // aligned on the Unix epoch.
@@ -57,17 +90,21 @@ func (r Rule) String() string {
 	return r.PolicyName() + " " + strconv.FormatInt(r.Limit, 10) + "/" + r.Window.String()
 }
 
-// Validate reports whether the rule can be enforced: an action of lower-case letters, digits and
-// underscores (it is part of keys, metric labels and variable names), the scope ip or email, a
-// limit of at least 1 and a window of whole seconds, at least one.
+// Validate reports whether the rule can be enforced: an action matching [a-z][a-z0-9_]{0,31} (it
+// is part of keys, metric labels, routes and variable names), the scope ip, email or key (a
+// built-in action only the scopes its routes give: see BuiltIn), a limit of at least 1 and a
+// window of whole seconds, at least one.
 func (r Rule) Validate() error {
-	if !validName(string(r.Action)) {
-		return fmt.Errorf("invalid rate-limit action %q: want lower-case letters, digits and underscores", r.Action)
+	if !ValidActionName(string(r.Action)) {
+		return fmt.Errorf("invalid rate-limit action %q: want a letter then letters, digits or underscores, at most %d, in lower case", r.Action, maxActionLen)
 	}
 	switch r.Scope {
-	case ScopeIP, ScopeEmail:
+	case ScopeIP, ScopeEmail, ScopeKey:
 	default:
-		return fmt.Errorf("invalid rate-limit scope %q for action %s: want %q or %q", r.Scope, r.Action, ScopeIP, ScopeEmail)
+		return fmt.Errorf("invalid rate-limit scope %q for action %s: want %q, %q or %q", r.Scope, r.Action, ScopeIP, ScopeEmail, ScopeKey)
+	}
+	if scopes, builtIn := builtInScopes[r.Action]; builtIn && !slices.Contains(scopes, r.Scope) {
+		return fmt.Errorf("the built-in action %s counts by %s only, not by %s", r.Action, joinScopes(scopes), r.Scope)
 	}
 	if err := validateLimit(r.Limit, r.Window); err != nil {
 		return fmt.Errorf("rate limit %s: %w", r.PolicyName(), err)
@@ -75,8 +112,10 @@ func (r Rule) Validate() error {
 	return nil
 }
 
-func validName(s string) bool {
-	if s == "" {
+// ValidActionName reports whether s can name an action: [a-z][a-z0-9_]{0,31}, the lower-case
+// form of a RATE_LIMIT_<ACTION>_<SCOPE> variable's ACTION and of /v1/limits/{action}.
+func ValidActionName(s string) bool {
+	if s == "" || len(s) > maxActionLen || s[0] < 'a' || s[0] > 'z' {
 		return false
 	}
 	for _, c := range []byte(s) {
@@ -85,6 +124,14 @@ func validName(s string) bool {
 		}
 	}
 	return true
+}
+
+func joinScopes(scopes []Scope) string {
+	names := make([]string, len(scopes))
+	for i, scope := range scopes {
+		names[i] = string(scope)
+	}
+	return strings.Join(names, " and ")
 }
 
 func validateLimit(limit int64, window time.Duration) error {
@@ -201,22 +248,81 @@ func (r Rules) Validate() error {
 	return errors.Join(errs...)
 }
 
-// WithEnv returns a copy of r in which every rule whose variable (Rule.EnvName) is set overrides
-// the limit and window of that rule. lookupEnv is os.LookupEnv in production. An empty value
-// keeps the rule; an invalid one is an error naming the variable.
-func (r Rules) WithEnv(lookupEnv func(key string) (string, bool)) (Rules, error) {
+// envPrefix starts every rule variable, RATE_LIMIT_<ACTION>_<SCOPE>.
+const envPrefix = "RATE_LIMIT_"
+
+// ParseRuleEnv parses one environment variable as a rule. ok is false, with no error, when name
+// is not a RATE_LIMIT_ variable or value is empty (an empty value keeps the rule as it was). A
+// RATE_LIMIT_ variable is RATE_LIMIT_<ACTION>_<SCOPE>, ACTION matching [A-Z][A-Z0-9_]{0,31} and
+// SCOPE one of IP, EMAIL and KEY (split at the last underscore: RATE_LIMIT_LOGIN_KEY_IP is the
+// IP rule of LOGIN_KEY), and its value N/DURATION (ParseLimit). Anything else is an error that
+// names the variable. A built-in action takes only the scopes its routes give (Rule.Validate).
+func ParseRuleEnv(name, value string) (rule Rule, ok bool, err error) {
+	rest, isRule := strings.CutPrefix(name, envPrefix)
+	if !isRule {
+		return Rule{}, false, nil
+	}
+	const want = "want RATE_LIMIT_<ACTION>_<SCOPE>, ACTION of A-Z, 0-9 and _ (starting with a letter, at most 32) and SCOPE one of IP, EMAIL, KEY"
+	i := strings.LastIndexByte(rest, '_')
+	if i < 0 {
+		return Rule{}, false, fmt.Errorf("%s: not a rule variable: %s", name, want)
+	}
+	action, scope := rest[:i], rest[i+1:]
+	switch scope {
+	case "IP", "EMAIL", "KEY":
+	default:
+		return Rule{}, false, fmt.Errorf("%s: unknown scope %q: %s", name, scope, want)
+	}
+	if action != strings.ToUpper(action) || !ValidActionName(strings.ToLower(action)) {
+		return Rule{}, false, fmt.Errorf("%s: invalid action %q: %s", name, action, want)
+	}
+	if strings.TrimSpace(value) == "" {
+		return Rule{}, false, nil
+	}
+	limit, window, err := ParseLimit(value)
+	if err != nil {
+		return Rule{}, false, fmt.Errorf("%s: %w", name, err)
+	}
+	rule = Rule{Action: Action(strings.ToLower(action)), Scope: Scope(strings.ToLower(scope)), Limit: limit, Window: window}
+	if err := rule.Validate(); err != nil {
+		return Rule{}, false, fmt.Errorf("%s: %w", name, err)
+	}
+	return rule, true, nil
+}
+
+// WithEnviron returns a copy of r with the rules of every RATE_LIMIT_<ACTION>_<SCOPE> variable
+// in environ (os.Environ's "KEY=value" form) applied: one for an existing rule overrides its
+// limit and window, one for a new action and scope adds a rule (a custom action). The error
+// joins one error per bad variable, each naming it (see ParseRuleEnv).
+func (r Rules) WithEnviron(environ []string) (Rules, error) {
 	out := r
-	for _, rule := range r.rules {
-		value, ok := lookupEnv(rule.EnvName())
-		if !ok || strings.TrimSpace(value) == "" {
+	var errs []error
+	environ = slices.Clone(environ)
+	slices.Sort(environ) // new rules in a stable order, whatever the environment's
+	for _, kv := range environ {
+		name, value, _ := strings.Cut(kv, "=")
+		rule, ok, err := ParseRuleEnv(name, value)
+		if err != nil {
+			errs = append(errs, err)
 			continue
 		}
-		limit, window, err := ParseLimit(value)
-		if err != nil {
-			return Rules{}, fmt.Errorf("%s: %w", rule.EnvName(), err)
+		if ok {
+			out = out.With(rule)
 		}
-		rule.Limit, rule.Window = limit, window
-		out = out.With(rule)
+	}
+	if len(errs) > 0 {
+		return Rules{}, errors.Join(errs...)
 	}
 	return out, nil
+}
+
+// Actions returns the actions that have at least one rule, in All order.
+func (r Rules) Actions() []Action {
+	var actions []Action
+	for _, rule := range r.rules {
+		if !slices.Contains(actions, rule.Action) {
+			actions = append(actions, rule.Action)
+		}
+	}
+	return actions
 }

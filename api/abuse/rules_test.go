@@ -1,6 +1,7 @@
 package abuse
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -113,6 +114,9 @@ func TestRule_Validate(t *testing.T) {
 		"ColonInAction":  func(r *Rule) { r.Action = "a:b" },
 		"UpperAction":    func(r *Rule) { r.Action = "Register" },
 		"UnknownScope":   func(r *Rule) { r.Scope = "user" },
+		"DigitFirst":     func(r *Rule) { r.Action = "2fa" },
+		"TooLong":        func(r *Rule) { r.Action = Action(strings.Repeat("a", 33)) },
+		"BuiltInKey":     func(r *Rule) { r.Scope = ScopeKey },
 		"ZeroLimit":      func(r *Rule) { r.Limit = 0 },
 		"ZeroWindow":     func(r *Rule) { r.Window = 0 },
 		"SubSecond":      func(r *Rule) { r.Window = 500 * time.Millisecond },
@@ -167,24 +171,18 @@ func TestRules_With(t *testing.T) {
 	})
 }
 
-func TestRules_WithEnv(t *testing.T) {
+func TestRules_WithEnviron(t *testing.T) {
 	t.Parallel()
-
-	env := func(vars map[string]string) func(string) (string, bool) {
-		return func(key string) (string, bool) {
-			v, ok := vars[key]
-			return v, ok
-		}
-	}
 
 	t.Run("Overrides", func(t *testing.T) {
 		t.Parallel()
 
-		rules, err := DefaultRules().WithEnv(env(map[string]string{
-			"RATE_LIMIT_REGISTER_IP":               "50/1m",
-			"RATE_LIMIT_RESEND_VERIFICATION_EMAIL": "1/24h",
-			"RATE_LIMIT_FORGOT_PASSWORD_IP":        "", // empty keeps the default
-		}))
+		rules, err := DefaultRules().WithEnviron([]string{
+			"RATE_LIMIT_REGISTER_IP=50/1m",
+			"RATE_LIMIT_RESEND_VERIFICATION_EMAIL=1/24h",
+			"RATE_LIMIT_FORGOT_PASSWORD_IP=", // empty keeps the default
+			"PATH=/usr/bin",
+		})
 		require.NoError(t, err)
 
 		got, _ := rules.Get(ActionRegister, ScopeIP)
@@ -193,13 +191,93 @@ func TestRules_WithEnv(t *testing.T) {
 		require.Equal(t, Rule{Action: ActionResendVerification, Scope: ScopeEmail, Limit: 1, Window: 24 * time.Hour}, got)
 		got, _ = rules.Get(ActionForgotPassword, ScopeIP)
 		require.Equal(t, int64(5), got.Limit)
+		require.Len(t, rules.All(), len(DefaultRules().All()), "overrides add no rule")
 	})
 
-	t.Run("ErrorNamesVariable", func(t *testing.T) {
+	t.Run("CustomActions", func(t *testing.T) {
 		t.Parallel()
 
-		_, err := DefaultRules().WithEnv(env(map[string]string{"RATE_LIMIT_FORGOT_PASSWORD_EMAIL": "0/1h"}))
-		require.ErrorContains(t, err, "RATE_LIMIT_FORGOT_PASSWORD_EMAIL")
-		require.ErrorContains(t, err, "at least 1")
+		rules, err := DefaultRules().WithEnviron([]string{
+			"RATE_LIMIT_LOGIN_KEY=5/15m",
+			"RATE_LIMIT_LOGIN_IP=20/15m",
+			"RATE_LIMIT_API_KEY_V2_EMAIL=3/1h",
+			"RATE_LIMIT_LOGIN_KEY_IP=7/1m", // action LOGIN_KEY, scope IP
+			"RATE_LIMIT_LOGIN_EMAIL=",      // empty: no rule
+		})
+		require.NoError(t, err)
+
+		want := []Rule{
+			{Action: "api_key_v2", Scope: ScopeEmail, Limit: 3, Window: time.Hour},
+			{Action: "login", Scope: ScopeIP, Limit: 20, Window: 15 * time.Minute},
+			{Action: "login", Scope: ScopeKey, Limit: 5, Window: 15 * time.Minute},
+			{Action: "login_key", Scope: ScopeIP, Limit: 7, Window: time.Minute},
+		}
+		require.Equal(t, want, rules.All()[len(DefaultRules().All()):], "added after the built-in rules, sorted by variable")
+		_, ok := rules.Get("login", ScopeEmail)
+		require.False(t, ok)
+		require.Equal(t, []Action{ActionRegister, ActionForgotPassword, ActionResendVerification, ActionResetPassword, ActionRiverUILogin, "api_key_v2", "login", "login_key"}, rules.Actions())
+		require.NoError(t, rules.Validate())
 	})
+
+	t.Run("ErrorsNameVariables", func(t *testing.T) {
+		t.Parallel()
+
+		tests := []struct {
+			env  string
+			want string
+		}{
+			{"RATE_LIMIT_FORGOT_PASSWORD_EMAIL=0/1h", "at least 1"},
+			{"RATE_LIMIT_LOGIN_KEY=5", "missing '/'"},
+			{"RATE_LIMIT_LOGIN_USER=5/15m", `unknown scope "USER"`},
+			{"RATE_LIMIT_LOGIN_ip=5/15m", `unknown scope "ip"`},
+			{"RATE_LIMIT_login_IP=5/15m", `invalid action "login"`},
+			{"RATE_LIMIT_1LOGIN_IP=5/15m", `invalid action "1LOGIN"`},
+			{"RATE_LIMIT__IP=5/15m", `invalid action ""`},
+			{"RATE_LIMIT_LOG-IN_IP=5/15m", `invalid action "LOG-IN"`},
+			{"RATE_LIMIT_" + strings.Repeat("A", 33) + "_IP=5/15m", "invalid action"},
+			{"RATE_LIMIT_LOGIN=5/15m", "not a rule variable"},
+			{"RATE_LIMIT_IP=5/15m", "not a rule variable"},
+			{"RATE_LIMIT_REGISTER_KEY=5/15m", "the built-in action register counts by ip and email only, not by key"},
+			{"RATE_LIMIT_RESET_PASSWORD_EMAIL=5/15m", "the built-in action reset_password counts by ip only, not by email"},
+		}
+		for _, tt := range tests {
+			_, err := DefaultRules().WithEnviron([]string{tt.env})
+			name, _, _ := strings.Cut(tt.env, "=")
+			require.ErrorContains(t, err, name+": ", tt.env)
+			require.ErrorContains(t, err, tt.want, tt.env)
+		}
+
+		// Every bad variable is reported at once.
+		_, err := DefaultRules().WithEnviron([]string{"RATE_LIMIT_A_IP=x", "RATE_LIMIT_B_IP=0/1m", "RATE_LIMIT_C_IP=1/1m"})
+		require.ErrorContains(t, err, "RATE_LIMIT_A_IP")
+		require.ErrorContains(t, err, "RATE_LIMIT_B_IP")
+		require.NotContains(t, err.Error(), "RATE_LIMIT_C_IP")
+	})
+
+	t.Run("ActionNameBound", func(t *testing.T) {
+		t.Parallel()
+
+		longest := strings.Repeat("A", 32)
+		rules, err := Rules{}.WithEnviron([]string{"RATE_LIMIT_" + longest + "_KEY=1/1s"})
+		require.NoError(t, err)
+		_, ok := rules.Get(Action(strings.ToLower(longest)), ScopeKey)
+		require.True(t, ok)
+	})
+}
+
+func TestParseRuleEnv(t *testing.T) {
+	t.Parallel()
+
+	rule, ok, err := ParseRuleEnv("RATE_LIMIT_LOGIN_KEY", " 5 / 15m ")
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, Rule{Action: "login", Scope: ScopeKey, Limit: 5, Window: 15 * time.Minute}, rule)
+	require.Equal(t, "RATE_LIMIT_LOGIN_KEY", rule.EnvName(), "round-trips")
+	require.Equal(t, "login-key", rule.PolicyName())
+
+	for _, name := range []string{"HOME", "RATE_LIMITS", "rate_limit_login_ip"} {
+		_, ok, err := ParseRuleEnv(name, "5/15m")
+		require.NoError(t, err, name)
+		require.False(t, ok, name)
+	}
 }

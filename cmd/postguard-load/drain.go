@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -155,11 +154,6 @@ func (d *drainResult) row(name string, workers int, engine string) *Row {
 	return row
 }
 
-// subscriber is the part of *river.Client[TTx] (either engine) that sizes its event channel.
-type subscriber interface {
-	SubscribeConfig(config *river.SubscribeConfig) (<-chan *river.Event, func())
-}
-
 // drainPhase creates the users and inserts their jobs, then starts a River client with the real
 // workers and times it until every job is completed (or cancelled or discarded), or a bound.
 func (r *runner) drainPhase(ctx context.Context, d *database, phase *drainPhase) (*drainResult, error) {
@@ -190,11 +184,7 @@ func (r *runner) drainPhase(ctx context.Context, d *database, phase *drainPhase)
 		return nil, err
 	}
 
-	sub, ok := client.(subscriber)
-	if !ok {
-		return nil, errors.New("the store's River client cannot subscribe to events")
-	}
-	events, unsubscribe := sub.SubscribeConfig(&river.SubscribeConfig{
+	events, unsubscribe := client.SubscribeConfig(&river.SubscribeConfig{
 		ChanSize: 2*len(jobIDs) + 1000,
 		Kinds: []river.EventKind{
 			river.EventKindJobCancelled, river.EventKindJobCompleted, river.EventKindJobFailed, river.EventKindJobSnoozed,

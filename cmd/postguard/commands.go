@@ -34,7 +34,7 @@ type migrateCommand struct{}
 func (c *migrateCommand) Run(ctx context.Context, env *commandEnv) error {
 	// A deploy step migrates with DATABASE_URL alone, without the service's APP_SECRET or mailer
 	// settings (README: `DATABASE_URL=… scripts/migrate.sh`).
-	cfg, err := loadDatabaseConfig(env.Getenv)
+	cfg, err := loadDatabaseConfig(env.Environ)
 	if err != nil {
 		return fmt.Errorf("configuration error:\n%w", err)
 	}

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -39,10 +40,11 @@ const maxResendMaxRPS = 10_000
 // config is everything postguard reads from its environment, read once at start by loadConfig.
 type config = service.Config
 
-// loadConfig reads the configuration from getenv (os.Getenv in main). Every bad value is
+// loadConfig reads the configuration from environ (os.Environ in main). Every bad value is
 // reported, each naming its variable and what it expects, so an operator fixes them in one go.
-func loadConfig(getenv func(string) string) (*config, error) {
-	p := &envParser{getenv: getenv}
+func loadConfig(environ []string) (*config, error) {
+	p := newEnvParser(environ)
+	getenv := p.getenv
 	cfg := &config{
 		DatabaseURL:       cmp.Or(getenv("DATABASE_URL"), "sqlite://postguard.db"),
 		HTTPAddr:          cmp.Or(getenv("HTTP_ADDR"), ":8080"),
@@ -71,6 +73,7 @@ func loadConfig(getenv func(string) string) (*config, error) {
 	cfg.TrustedProxies = p.trustedProxies()
 	cfg.ClientIPHeader = p.clientIPHeader()
 	cfg.Rules = p.rules()
+	cfg.LimitsToken = p.limitsToken()
 	cfg.Mailer = p.mailer(cfg)
 	cfg.LogFormat, cfg.LogLevel = p.logging()
 	cfg.ResendWebhookSecret = p.webhookSecret()
@@ -97,8 +100,8 @@ func loadConfig(getenv func(string) string) (*config, error) {
 
 // loadMailConfig reads only what the mail's templates need (`postguard mail preview`): APP_NAME,
 // APP_URL, MAIL_TEMPLATES_DIR and DEFAULT_LOCALE, checked as a server checks them.
-func loadMailConfig(getenv func(string) string) (*config, error) {
-	p := &envParser{getenv: getenv}
+func loadMailConfig(environ []string) (*config, error) {
+	p := newEnvParser(environ)
 	cfg := &config{AppURL: p.appURL()}
 	p.mail(cfg)
 	if len(p.errs) > 0 {
@@ -108,9 +111,9 @@ func loadMailConfig(getenv func(string) string) (*config, error) {
 }
 
 // loadDatabaseConfig reads only what `postguard migrate` needs: DATABASE_URL and the log settings.
-func loadDatabaseConfig(getenv func(string) string) (*config, error) {
-	p := &envParser{getenv: getenv}
-	cfg := &config{DatabaseURL: cmp.Or(getenv("DATABASE_URL"), "sqlite://postguard.db")}
+func loadDatabaseConfig(environ []string) (*config, error) {
+	p := newEnvParser(environ)
+	cfg := &config{DatabaseURL: cmp.Or(p.getenv("DATABASE_URL"), "sqlite://postguard.db")}
 	p.databaseURL(cfg)
 	cfg.LogFormat, cfg.LogLevel = p.logging()
 	if len(p.errs) > 0 {
@@ -121,9 +124,25 @@ func loadDatabaseConfig(getenv func(string) string) (*config, error) {
 
 // envParser collects every configuration error instead of stopping at the first.
 type envParser struct {
-	getenv func(string) string
-	errs   []error
+	environ []string
+	vars    map[string]string
+	errs    []error
 }
+
+// newEnvParser parses environ ("KEY=value" entries; for a name set twice, the last wins, as
+// os/exec does).
+func newEnvParser(environ []string) *envParser {
+	p := &envParser{environ: environ, vars: make(map[string]string, len(environ))}
+	for _, kv := range environ {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			p.vars[k] = v
+		}
+	}
+	return p
+}
+
+// getenv is os.Getenv on the parser's environment.
+func (p *envParser) getenv(name string) string { return p.vars[name] }
 
 func (p *envParser) fail(name, format string, args ...any) {
 	p.errs = append(p.errs, fmt.Errorf("invalid %s: %s", name, fmt.Sprintf(format, args...)))
@@ -332,22 +351,43 @@ func (p *envParser) clientIPHeader() abuse.ClientIPHeader {
 	return header
 }
 
+// rules reads every RATE_LIMIT_<ACTION>_<SCOPE> variable: a built-in action's overrides its
+// rule, any other defines a custom action's (abuse.ParseRuleEnv).
 func (p *envParser) rules() abuse.Rules {
 	rules := abuse.DefaultRules()
-	for _, rule := range rules.All() {
-		s := p.getenv(rule.EnvName())
-		if s == "" {
-			continue
+	names := make([]string, 0)
+	for name := range p.vars {
+		if strings.HasPrefix(name, "RATE_LIMIT_") {
+			names = append(names, name)
 		}
-		limit, window, err := abuse.ParseLimit(s)
+	}
+	slices.Sort(names) // custom rules in a stable order, and errors too
+	for _, name := range names {
+		value := p.vars[name]
+		rule, ok, err := abuse.ParseRuleEnv(name, value)
 		if err != nil {
-			p.fail(rule.EnvName(), "%q: %v (expected N/DURATION, e.g. 5/15m)", s, err)
+			// ParseRuleEnv's error starts with the name, which fail says already.
+			p.fail(name, "%q: %s (e.g. RATE_LIMIT_LOGIN_KEY=5/15m)", value, strings.TrimPrefix(err.Error(), name+": "))
 			continue
 		}
-		rule.Limit, rule.Window = limit, window
-		rules = rules.With(rule)
+		if ok {
+			rules = rules.With(rule)
+		}
 	}
 	return rules
+}
+
+// minLimitsTokenLen is the shortest LIMITS_API_TOKEN accepted, as for APP_SECRET.
+const minLimitsTokenLen = 32
+
+// limitsToken reads LIMITS_API_TOKEN: unset, the limits API is not served (404).
+func (p *envParser) limitsToken() string {
+	token := p.getenv("LIMITS_API_TOKEN")
+	if token != "" && len(token) < minLimitsTokenLen {
+		p.fail("LIMITS_API_TOKEN", "is %d bytes; it must be at least %d (e.g. `openssl rand -hex 32`), or unset to serve no limits API", len(token), minLimitsTokenLen)
+		return ""
+	}
+	return token
 }
 
 func (p *envParser) mailer(cfg *config) string {

@@ -14,8 +14,13 @@ import (
 	"github.com/postguard/postguard/jobs/mail"
 )
 
-func envFunc(env map[string]string) func(string) string {
-	return func(name string) string { return env[name] }
+// envFunc is env as an environment, in os.Environ's form.
+func envFunc(env map[string]string) []string {
+	environ := make([]string, 0, len(env))
+	for k, v := range env {
+		environ = append(environ, k+"="+v)
+	}
+	return environ
 }
 
 func TestLoadConfig(t *testing.T) {
@@ -152,6 +157,31 @@ func TestLoadConfig(t *testing.T) {
 		require.Equal(t, time.Hour, reset.Window)
 	})
 
+	t.Run("CustomRateLimits", func(t *testing.T) {
+		t.Parallel()
+
+		cfg, err := loadConfig(envFunc(map[string]string{"RATE_LIMIT_LOGIN_KEY": "5/15m", "RATE_LIMIT_LOGIN_IP": "20/15m", "RATE_LIMIT_REGISTER_IP": "9/1h"}))
+		require.NoError(t, err)
+		require.Equal(t, []abuse.Rule{
+			{Action: "login", Scope: abuse.ScopeIP, Limit: 20, Window: 15 * time.Minute},
+			{Action: "login", Scope: abuse.ScopeKey, Limit: 5, Window: 15 * time.Minute},
+		}, cfg.Rules.All()[len(abuse.DefaultRules().All()):])
+		register, _ := cfg.Rules.Get(abuse.ActionRegister, abuse.ScopeIP)
+		require.Equal(t, int64(9), register.Limit)
+	})
+
+	t.Run("LimitsToken", func(t *testing.T) {
+		t.Parallel()
+
+		cfg, err := loadConfig(envFunc(nil))
+		require.NoError(t, err)
+		require.Empty(t, cfg.LimitsToken, "unset: no limits API")
+		token := strings.Repeat("t", 32)
+		cfg, err = loadConfig(envFunc(map[string]string{"LIMITS_API_TOKEN": token}))
+		require.NoError(t, err)
+		require.Equal(t, token, cfg.LimitsToken)
+	})
+
 	// Every bad value stops the process with a message that names its variable.
 	for _, tt := range []struct {
 		name string
@@ -161,6 +191,11 @@ func TestLoadConfig(t *testing.T) {
 		{"RateLimit", map[string]string{"RATE_LIMIT_REGISTER_IP": "abc"}, "RATE_LIMIT_REGISTER_IP"},
 		{"RateLimitZero", map[string]string{"RATE_LIMIT_RESEND_VERIFICATION_EMAIL": "0/1m"}, "RATE_LIMIT_RESEND_VERIFICATION_EMAIL"},
 		{"RateLimitResetPassword", map[string]string{"RATE_LIMIT_RESET_PASSWORD_IP": "10"}, "RATE_LIMIT_RESET_PASSWORD_IP"},
+		{"RateLimitCustomValue", map[string]string{"RATE_LIMIT_LOGIN_KEY": "5/15"}, `invalid RATE_LIMIT_LOGIN_KEY: "5/15": invalid rate limit`},
+		{"RateLimitCustomScope", map[string]string{"RATE_LIMIT_LOGIN_ACCOUNT": "5/15m"}, `invalid RATE_LIMIT_LOGIN_ACCOUNT: "5/15m": unknown scope "ACCOUNT"`},
+		{"RateLimitCustomName", map[string]string{"RATE_LIMIT_2FA_IP": "5/15m"}, `invalid RATE_LIMIT_2FA_IP: "5/15m": invalid action "2FA"`},
+		{"RateLimitBuiltInScope", map[string]string{"RATE_LIMIT_REGISTER_KEY": "5/15m"}, "invalid RATE_LIMIT_REGISTER_KEY: \"5/15m\": the built-in action register counts by ip and email only"},
+		{"LimitsTokenShort", map[string]string{"LIMITS_API_TOKEN": "short"}, "invalid LIMITS_API_TOKEN: is 5 bytes; it must be at least 32"},
 		{"DatabaseURLScheme", map[string]string{"DATABASE_URL": "mysql://x"}, "DATABASE_URL"},
 		{"DatabaseURLUnparsable", map[string]string{"DATABASE_URL": "postgres://%zz", "APP_SECRET": strings.Repeat("s", 32)}, "DATABASE_URL"},
 		{"SQLiteNoPath", map[string]string{"DATABASE_URL": "sqlite://"}, "DATABASE_URL"},

@@ -45,7 +45,7 @@ func TestServe_WorkerPanic(t *testing.T) {
 
 	store := dbtest.NewPostgres(t, dbtest.WithRiverConfig(func(store db.Store) (*river.Config, error) {
 		return jobs.NewRiverConfig(
-			&jobs.Deps{Store: store, Sender: panicSender{}, Logger: logger, Registerer: registry},
+			&jobs.Deps{Store: store, Jobs: store.Jobs(), Sender: panicSender{}, Logger: logger, Registerer: registry},
 			&jobs.Config{
 				Secret:            secret,
 				AppURL:            "http://localhost:8080",

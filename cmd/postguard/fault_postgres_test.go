@@ -33,7 +33,7 @@ func startServerCommand(t *testing.T, cmd *serverCommand, env map[string]string)
 	s := &runningServer{Logs: &syncBuffer{}, cancel: cancel, exited: make(chan struct{})}
 	go func() {
 		defer close(s.exited)
-		s.err = cmd.Run(ctx, &commandEnv{Getenv: envFunc(env), Stdout: io.Discard, Stderr: s.Logs})
+		s.err = cmd.Run(ctx, &commandEnv{Environ: envFunc(env), Stdout: io.Discard, Stderr: s.Logs})
 	}()
 	t.Cleanup(func() {
 		cancel()

@@ -89,7 +89,7 @@ th, td { text-align: left; padding: .4rem .8rem; border-bottom: 1px solid #d0d7d
 `))
 
 func (c *mailPreviewCommand) Run(_ context.Context, env *commandEnv) error {
-	cfg, err := loadMailConfig(env.Getenv)
+	cfg, err := loadMailConfig(env.Environ)
 	if err != nil {
 		return fmt.Errorf("configuration error:\n%w", err)
 	}

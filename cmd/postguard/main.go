@@ -19,7 +19,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	err := run(ctx, os.Args[1:], os.Environ(), os.Stdout, os.Stderr)
 	switch {
 	case err == nil:
 	case errors.Is(err, errUsage):
@@ -49,9 +49,9 @@ Commands:
 Configuration is read from the environment; see README.md.
 `
 
-// run is main without the process: it takes the command line, the environment and the output
-// streams, so tests can call it.
-func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+// run is main without the process: it takes the command line, the environment (os.Environ's
+// "KEY=value" form) and the output streams, so tests can call it.
+func run(ctx context.Context, args []string, environ []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || (len(args) > 1 && args[0] != "mail") {
 		fmt.Fprint(stderr, usage)
 		return errUsage
@@ -82,7 +82,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintf(stderr, "postguard: unknown command %q\n\n%s", args[0], usage)
 		return errUsage
 	}
-	return cmd.Run(ctx, &commandEnv{Getenv: getenv, Stdout: stdout, Stderr: stderr})
+	return cmd.Run(ctx, &commandEnv{Environ: environ, Stdout: stdout, Stderr: stderr})
 }
 
 // command is one subcommand.
@@ -92,14 +92,16 @@ type command interface {
 
 // commandEnv is what a command gets from its process: the environment and the output streams.
 type commandEnv struct {
-	Getenv func(string) string
-	Stdout io.Writer
-	Stderr io.Writer
+	// Environ is the environment, in os.Environ's "KEY=value" form: RATE_LIMIT_ variables are
+	// found by name, so the whole list is needed, not only lookups.
+	Environ []string
+	Stdout  io.Writer
+	Stderr  io.Writer
 }
 
 // configure reads the configuration and builds the logger.
 func (e *commandEnv) configure() (*config, *slog.Logger, error) {
-	cfg, err := loadConfig(e.Getenv)
+	cfg, err := loadConfig(e.Environ)
 	if err != nil {
 		return nil, nil, fmt.Errorf("configuration error:\n%w", err)
 	}

@@ -81,7 +81,7 @@ func startServer(t *testing.T, r service.Role, env map[string]string) *runningSe
 	}
 	go func() {
 		defer close(s.exited)
-		s.err = cmd.Run(ctx, &commandEnv{Getenv: envFunc(env), Stdout: io.Discard, Stderr: logs})
+		s.err = cmd.Run(ctx, &commandEnv{Environ: envFunc(env), Stdout: io.Discard, Stderr: logs})
 	}()
 	t.Cleanup(func() {
 		cancel()

@@ -7,9 +7,11 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/postguard/postguard/api"
+	"github.com/postguard/postguard/api/abuse"
 	"github.com/postguard/postguard/cmd/internal/service"
 )
 
@@ -83,6 +85,11 @@ func (c *serverCommand) Run(ctx context.Context, env *commandEnv) error {
 		go func() { serveErr <- metricsServer.Serve(metricsListener) }()
 		started = append(started, slog.String("metrics_addr", metricsListener.Addr().String()))
 	}
+	// A RATE_LIMIT_ variable with a misspelt built-in action defines a custom action instead:
+	// the start line names them all, so a typo shows.
+	if custom := customActions(cfg.Rules); custom != "" {
+		started = append(started, slog.String("custom_rate_limit_actions", custom))
+	}
 	logger.InfoContext(ctx, "postguard started", started...)
 	if c.metricsReadyFunc != nil && metricsListener != nil {
 		c.metricsReadyFunc(metricsListener.Addr())
@@ -99,6 +106,17 @@ func (c *serverCommand) Run(ctx context.Context, env *commandEnv) error {
 		runErr = fmt.Errorf("error serving HTTP: %w", err)
 	}
 	return errors.Join(runErr, c.shutdown(riverCtx, svc, server, metricsServer))
+}
+
+// customActions lists the rules' custom actions, comma-separated ("" for none).
+func customActions(rules abuse.Rules) string {
+	var names []string
+	for _, action := range rules.Actions() {
+		if !action.BuiltIn() {
+			names = append(names, string(action))
+		}
+	}
+	return strings.Join(names, ",")
 }
 
 // shutdown stops taking requests and lets running requests and jobs finish within

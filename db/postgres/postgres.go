@@ -8,6 +8,7 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -46,6 +47,12 @@ type Config struct {
 	// ConnectTimeout bounds each new connection when the URL sets no connect_timeout. Defaults
 	// to ConnectTimeoutDefault.
 	ConnectTimeout time.Duration
+
+	// RateLimitPool, with NewEngineFromPool, is the pool the rate limiter's counters run on,
+	// the caller's to close. nil makes one like the main pool, with synchronous_commit off and
+	// RateLimitMaxConns connections, closed by Close. Give the main pool itself to make no
+	// second pool (the counters' commits then wait for their WAL flush, as everything else's).
+	RateLimitPool *pgxpool.Pool
 }
 
 // Engine is the PostgreSQL db.Engine.
@@ -57,6 +64,9 @@ type Engine struct {
 	// counter's commit does not wait for its WAL flush. A crash may forget the last instant of
 	// counts, nothing else; users, tokens and jobs never go through this pool.
 	rateLimitPool *pgxpool.Pool
+
+	// ownsPool and ownsRateLimitPool say Close closes them: not a host app's (NewEngineFromPool).
+	ownsPool, ownsRateLimitPool bool
 }
 
 var _ db.Engine[pgx.Tx] = (*Engine)(nil)
@@ -86,26 +96,69 @@ func NewEngine(ctx context.Context, databaseURL string, config *Config) (*Engine
 	poolConfig.AfterConnect = scanTimesInUTC
 	poolConfig.PrepareConn = checkConn
 
-	rateLimitPoolConfig := poolConfig.Copy()
-	rateLimitPoolConfig.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
-	rateLimitPoolConfig.MaxConns = cmp.Or(config.RateLimitMaxConns, RateLimitMaxConnsDefault)
-	rateLimitPoolConfig.MinConns = min(rateLimitPoolConfig.MinConns, rateLimitPoolConfig.MaxConns)
-
 	pool, err := pgxpool.NewWithConfig(ctx, poolConfig)
 	if err != nil {
 		return nil, fmt.Errorf("error creating pool: %w", err)
 	}
-	rateLimitPool, err := pgxpool.NewWithConfig(ctx, rateLimitPoolConfig)
+	rateLimitPool, err := newRateLimitPool(ctx, poolConfig, config)
 	if err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("error creating rate limit pool: %w", err)
+		return nil, err
 	}
 
 	return &Engine{
+		logger:            cmp.Or(config.Logger, slog.Default()),
+		pool:              pool,
+		rateLimitPool:     rateLimitPool,
+		ownsPool:          true,
+		ownsRateLimitPool: true,
+	}, nil
+}
+
+// NewEngineFromPool returns an Engine on a pool a host app made itself, for postguard's tables
+// beside its own (db.NewTables): its statements and transactions run on pool, found by pool's
+// search_path. The caller keeps pool: Close leaves it open. The rate limiter's counters run on
+// Config.RateLimitPool, or on a small pool of the engine's own made from pool's configuration
+// with synchronous_commit off (see Config.RateLimitPool). The hooks NewEngine installs on its own
+// pools are not added to pool: times are read in pool's time zone (they compare the same), and
+// a connection the server closed while it sat idle is found at its next use rather than before.
+func NewEngineFromPool(ctx context.Context, pool *pgxpool.Pool, config *Config) (*Engine, error) {
+	if pool == nil {
+		return nil, errors.New("postgres.NewEngineFromPool: nil pool")
+	}
+	if config == nil {
+		config = &Config{}
+	}
+	e := &Engine{
 		logger:        cmp.Or(config.Logger, slog.Default()),
 		pool:          pool,
-		rateLimitPool: rateLimitPool,
-	}, nil
+		rateLimitPool: config.RateLimitPool,
+	}
+	if e.rateLimitPool == nil {
+		rateLimitPool, err := newRateLimitPool(ctx, pool.Config(), config)
+		if err != nil {
+			return nil, err
+		}
+		e.rateLimitPool, e.ownsRateLimitPool = rateLimitPool, true
+	}
+	return e, nil
+}
+
+// newRateLimitPool makes the pool of the rate limiter's counters: like poolConfig, with
+// synchronous_commit off and config.RateLimitMaxConns connections.
+func newRateLimitPool(ctx context.Context, poolConfig *pgxpool.Config, config *Config) (*pgxpool.Pool, error) {
+	rateLimitPoolConfig := poolConfig.Copy()
+	rateLimitPoolConfig.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
+	rateLimitPoolConfig.MaxConns = cmp.Or(config.RateLimitMaxConns, RateLimitMaxConnsDefault)
+	rateLimitPoolConfig.MinConns = min(rateLimitPoolConfig.MinConns, rateLimitPoolConfig.MaxConns)
+	if rateLimitPoolConfig.PrepareConn == nil {
+		rateLimitPoolConfig.PrepareConn = checkConn
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, rateLimitPoolConfig)
+	if err != nil {
+		return nil, fmt.Errorf("error creating rate limit pool: %w", err)
+	}
+	return pool, nil
 }
 
 // scanTimesInUTC makes a connection read timestamptz values in UTC, as SQLite's are, whatever
@@ -213,10 +266,14 @@ func (e *Engine) Ready(ctx context.Context) error {
 	return nil
 }
 
-// Close implements db.Engine: both pools.
+// Close implements db.Engine: both pools, but those the caller gave (NewEngineFromPool).
 func (e *Engine) Close() error {
-	e.pool.Close()
-	e.rateLimitPool.Close()
+	if e.ownsPool {
+		e.pool.Close()
+	}
+	if e.ownsRateLimitPool {
+		e.rateLimitPool.Close()
+	}
 	return nil
 }
 

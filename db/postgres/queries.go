@@ -380,6 +380,15 @@ func (c *counters) RateLimitCounterGet(ctx context.Context, params *db.RateLimit
 	return count, wrap("reading rate limit counter", err)
 }
 
+// RateLimitCounterDelete implements db.Counters. Deleting twice leaves what deleting once does,
+// so it may run again after a lost answer.
+func (c *counters) RateLimitCounterDelete(ctx context.Context, params *db.RateLimitCounterDeleteParams) error {
+	_, err := retryOnce(ctx, true, func() (struct{}, error) {
+		return struct{}{}, sqlc.RateLimitCounterDelete(ctx, c.pool, dbsqlc.RateLimitCounterDeleteParams(*params))
+	})
+	return wrap("deleting rate limit counter", err)
+}
+
 // wrap says what failed, its error converted to db's; nil stays nil.
 func wrap(doing string, err error) error {
 	if err == nil {

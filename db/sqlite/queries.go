@@ -382,6 +382,12 @@ func (q *queries) RateLimitCounterGet(ctx context.Context, params *db.RateLimitC
 	return count, failed("reading rate limit counter", err)
 }
 
+// RateLimitCounterDelete implements db.Counters.
+func (q *queries) RateLimitCounterDelete(ctx context.Context, params *db.RateLimitCounterDeleteParams) error {
+	err := sqlc.RateLimitCounterDelete(ctx, q.dbtx, dbsqlc.RateLimitCounterDeleteParams{KeyHash: params.KeyHash, WindowStart: us(params.WindowStart)})
+	return failed("deleting rate limit counter", err)
+}
+
 // RateLimitCounterDeleteExpired implements db.Queries.
 func (q *queries) RateLimitCounterDeleteExpired(ctx context.Context, before time.Time, limit int) (int64, error) {
 	return counted(sqlc.RateLimitCounterDeleteExpired(ctx, q.dbtx, dbsqlc.RateLimitCounterDeleteExpiredParams{Before: us(before), Max: int64(limit)}))("deleting expired rate limit counters")

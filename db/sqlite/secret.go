@@ -41,6 +41,9 @@ func SecretPath(dbPath string) string { return dbPath + ".secret" }
 // there), else generated (32 random bytes). When two openers race to create it, the first one's
 // wins and both return it. A secret file that others may read is refused, naming the file.
 func (e *Engine) AppSecret() ([]byte, error) {
+	if e.secretPath == "" {
+		return nil, errors.New("an engine on a *sql.DB of the caller's keeps no generated secret: give APP_SECRET")
+	}
 	secret, err := readSecret(e.secretPath)
 	if !errors.Is(err, fs.ErrNotExist) {
 		return secret, err

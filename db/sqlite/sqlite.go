@@ -58,7 +58,8 @@ type Config struct {
 type Engine struct {
 	db         *sql.DB
 	logger     *slog.Logger
-	secretPath string
+	secretPath string // "" for an engine on a *sql.DB of the caller's (NewEngineFromDB)
+	ownsDB     bool   // Close closes db
 }
 
 var _ db.Engine[*sql.Tx] = (*Engine)(nil)
@@ -115,12 +116,30 @@ func NewEngine(ctx context.Context, path string, config *Config) (*Engine, error
 		db:         sqlDB,
 		logger:     cmp.Or(config.Logger, slog.Default()),
 		secretPath: SecretPath(path),
+		ownsDB:     true,
 	}
 	if err := engine.moveLegacySecret(ctx); err != nil {
 		sqlDB.Close()
 		return nil, err
 	}
 	return engine, nil
+}
+
+// NewEngineFromDB returns an Engine on a *sql.DB a host app opened itself with
+// modernc.org/sqlite's "sqlite" driver, for postguard's tables beside its own (db.NewTables). The
+// caller keeps the handle: Close leaves it open. Open it as NewEngine does, or River's SQLite
+// driver and postguard's transactions will wait on each other: one connection
+// (SetMaxOpenConns(1)), WAL, a busy timeout, and _txlock=immediate, e.g.
+// "app.db?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_txlock=immediate". Such an engine
+// keeps no generated secret (AppSecret fails): the host gives APP_SECRET itself.
+func NewEngineFromDB(sqlDB *sql.DB, config *Config) (*Engine, error) {
+	if sqlDB == nil {
+		return nil, errors.New("sqlite.NewEngineFromDB: nil *sql.DB")
+	}
+	if config == nil {
+		config = &Config{}
+	}
+	return &Engine{db: sqlDB, logger: cmp.Or(config.Logger, slog.Default())}, nil
 }
 
 // Name implements db.Engine.
@@ -202,8 +221,12 @@ func (e *Engine) Ready(ctx context.Context) error {
 	return nil
 }
 
-// Close implements db.Engine.
+// Close implements db.Engine: it closes the database, unless the engine was made on the caller's
+// *sql.DB (NewEngineFromDB).
 func (e *Engine) Close() error {
+	if !e.ownsDB {
+		return nil
+	}
 	if err := e.db.Close(); err != nil {
 		return fmt.Errorf("error closing SQLite database: %w", err)
 	}

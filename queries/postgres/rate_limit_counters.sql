@@ -38,3 +38,10 @@ WHERE (key_hash, window_start) IN (
     LIMIT @max::bigint
     FOR UPDATE SKIP LOCKED
 );
+
+-- name: RateLimitCounterDelete :exec
+-- RateLimitCounterDelete deletes the counter of one fixed window (none is fine): the key starts
+-- the window afresh (the limits API's clear, a login that succeeded).
+DELETE FROM rate_limit_counters
+WHERE key_hash = @key_hash::bytea
+    AND window_start = @window_start::timestamptz;

@@ -37,3 +37,10 @@ WHERE (key_hash, window_start) IN (
     WHERE c.window_end < @before
     LIMIT @max
 );
+
+-- name: RateLimitCounterDelete :exec
+-- RateLimitCounterDelete deletes the counter of one fixed window (none is fine): the key starts
+-- the window afresh (the limits API's clear, a login that succeeded).
+DELETE FROM rate_limit_counters
+WHERE key_hash = @key_hash
+    AND window_start = @window_start;

@@ -74,6 +74,8 @@ type Config struct {
 	ResendWebhookSecret string
 	// AdminToken is ADMIN_TOKEN (at least 32 bytes); "" leaves /v1/admin unmounted.
 	AdminToken string
+	// LimitsToken is LIMITS_API_TOKEN, the bearer token of /v1/limits; "" serves no limits API.
+	LimitsToken string
 
 	JobRetention      time.Duration
 	CounterRetention  time.Duration

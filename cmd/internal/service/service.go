@@ -112,7 +112,15 @@ func New(ctx context.Context, config *Config, logger *slog.Logger, role Role, op
 	s := &Service{Config: config, Logger: logger, Role: role, Registry: registry, Mailer: mailer, DevMail: devMail}
 	secret, err := s.open(ctx, func(store db.Store, secret []byte) (*river.Config, error) {
 		riverConfig, err := jobs.NewRiverConfig(
-			&jobs.Deps{Store: store, Sender: sender, Logger: logger, Registerer: registry, Renderer: config.Renderer},
+			&jobs.Deps{
+				Store:      store,
+				Recipients: jobs.UserRecipients(store), // postguard's own users table
+				Jobs:       store.Jobs(),
+				Sender:     sender,
+				Logger:     logger,
+				Registerer: registry,
+				Renderer:   config.Renderer,
+			},
 			&jobs.Config{
 				Secret:            secret,
 				AppURL:            config.AppURL,
@@ -257,6 +265,7 @@ func (s *Service) handler(secret []byte, opts *Opts) (http.Handler, error) {
 		RiverUI:         riverUI,
 		RiverUIUsername: config.RiverUIUsername,
 		RiverUIPassword: config.RiverUIPassword,
+		LimitsToken:     config.LimitsToken,
 		DevMail:         s.DevMail,
 
 		ResendWebhookSecret: config.ResendWebhookSecret,

@@ -51,6 +51,24 @@ func (q *Queries) RateLimitCounterConsume(ctx context.Context, db DBTX, arg Rate
 	return count, err
 }
 
+const rateLimitCounterDelete = `-- name: RateLimitCounterDelete :exec
+DELETE FROM rate_limit_counters
+WHERE key_hash = ?1
+    AND window_start = ?2
+`
+
+type RateLimitCounterDeleteParams struct {
+	KeyHash     []byte
+	WindowStart int64
+}
+
+// RateLimitCounterDelete deletes the counter of one fixed window (none is fine): the key starts
+// the window afresh (the limits API's clear, a login that succeeded).
+func (q *Queries) RateLimitCounterDelete(ctx context.Context, db DBTX, arg RateLimitCounterDeleteParams) error {
+	_, err := db.ExecContext(ctx, rateLimitCounterDelete, arg.KeyHash, arg.WindowStart)
+	return err
+}
+
 const rateLimitCounterDeleteExpired = `-- name: RateLimitCounterDeleteExpired :execrows
 DELETE FROM rate_limit_counters
 WHERE (key_hash, window_start) IN (

@@ -1,0 +1,252 @@
+package db_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/postguard/postguard/db"
+	"github.com/postguard/postguard/db/dbtest"
+	"github.com/postguard/postguard/db/postgres"
+	"github.com/postguard/postguard/db/sqlite"
+)
+
+// hostTables are postguard's tables on a handle a host app opened itself, with a table of the
+// host's own beside them, as the Go library is used.
+type hostTables struct {
+	tables db.Tables
+	// exec runs a statement on the host's own handle; count counts a table's rows through it.
+	exec  func(t *testing.T, query string)
+	count func(t *testing.T, table string) int
+	// tableNames lists the schema's tables.
+	tableNames func(t *testing.T) []string
+}
+
+// hostEngines runs fn on Tables over a host's pgx pool (an empty schema of its own) and over a
+// host's *sql.DB (a new SQLite file), neither migrated.
+func hostEngines(t *testing.T, fn func(t *testing.T, newHost func(t *testing.T) *hostTables)) {
+	t.Helper()
+
+	t.Run("Postgres", func(t *testing.T) {
+		t.Parallel()
+		fn(t, func(t *testing.T) *hostTables {
+			t.Helper()
+			pool, err := pgxpool.New(t.Context(), dbtest.PostgresEmptyURL(t))
+			require.NoError(t, err)
+			t.Cleanup(pool.Close)
+			engine, err := postgres.NewEngineFromPool(t.Context(), pool, &postgres.Config{Logger: dbtest.Logger(t)})
+			require.NoError(t, err)
+			tables := db.NewTables(engine, &db.TablesConfig{Logger: dbtest.Logger(t), GooseTable: "postguard_db_version"})
+			t.Cleanup(func() { require.NoError(t, tables.Close()) })
+			return &hostTables{
+				tables: tables,
+				exec: func(t *testing.T, query string) {
+					t.Helper()
+					_, err := pool.Exec(t.Context(), query)
+					require.NoError(t, err)
+				},
+				count: func(t *testing.T, table string) int {
+					t.Helper()
+					var n int
+					require.NoError(t, pool.QueryRow(t.Context(), "SELECT count(*) FROM "+table).Scan(&n))
+					return n
+				},
+				tableNames: func(t *testing.T) []string {
+					t.Helper()
+					rows, err := pool.Query(t.Context(), "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() ORDER BY tablename")
+					require.NoError(t, err)
+					defer rows.Close()
+					var names []string
+					for rows.Next() {
+						var name string
+						require.NoError(t, rows.Scan(&name))
+						names = append(names, name)
+					}
+					require.NoError(t, rows.Err())
+					return names
+				},
+			}
+		})
+	})
+	t.Run("SQLite", func(t *testing.T) {
+		t.Parallel()
+		fn(t, func(t *testing.T) *hostTables {
+			t.Helper()
+			sqlDB, err := sql.Open("sqlite", filepath.Join(t.TempDir(), "host.db")+"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_txlock=immediate")
+			require.NoError(t, err)
+			sqlDB.SetMaxOpenConns(1)
+			t.Cleanup(func() { sqlDB.Close() })
+			engine, err := sqlite.NewEngineFromDB(sqlDB, &sqlite.Config{Logger: dbtest.Logger(t)})
+			require.NoError(t, err)
+			tables := db.NewTables(engine, &db.TablesConfig{Logger: dbtest.Logger(t), GooseTable: "postguard_db_version"})
+			t.Cleanup(func() { require.NoError(t, tables.Close()) })
+			return &hostTables{
+				tables: tables,
+				exec: func(t *testing.T, query string) {
+					t.Helper()
+					_, err := sqlDB.ExecContext(t.Context(), query)
+					require.NoError(t, err)
+				},
+				count: func(t *testing.T, table string) int {
+					t.Helper()
+					var n int
+					require.NoError(t, sqlDB.QueryRowContext(t.Context(), "SELECT count(*) FROM "+table).Scan(&n))
+					return n
+				},
+				tableNames: func(t *testing.T) []string {
+					t.Helper()
+					rows, err := sqlDB.QueryContext(t.Context(), "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name")
+					require.NoError(t, err)
+					defer rows.Close()
+					var names []string
+					for rows.Next() {
+						var name string
+						require.NoError(t, rows.Scan(&name))
+						names = append(names, name)
+					}
+					require.NoError(t, rows.Err())
+					return names
+				},
+			}
+		})
+	})
+}
+
+func TestNewTables(t *testing.T) {
+	t.Parallel()
+
+	hostEngines(t, func(t *testing.T, newHost func(t *testing.T) *hostTables) {
+		t.Run("MigrateTablesBesideTheHosts", func(t *testing.T) {
+			t.Parallel()
+
+			host := newHost(t)
+			ctx := t.Context()
+			// The host's goose records its own migrations in goose's default table.
+			host.exec(t, "CREATE TABLE goose_db_version (id INTEGER PRIMARY KEY, version_id BIGINT NOT NULL, is_applied BOOLEAN NOT NULL, tstamp TIMESTAMP)")
+			host.exec(t, "INSERT INTO goose_db_version (id, version_id, is_applied) VALUES (1, 0, TRUE), (2, 20260101000000, TRUE)")
+			host.exec(t, "CREATE TABLE accounts (id INTEGER PRIMARY KEY, email TEXT NOT NULL)")
+
+			require.NoError(t, host.tables.MigrateTables(ctx))
+			require.NoError(t, host.tables.MigrateTables(ctx), "idempotent")
+
+			names := host.tableNames(t)
+			for _, table := range []string{"accounts", "email_messages", "email_tokens", "goose_db_version", "postguard_db_version", "rate_limit_counters", "send_pacer"} {
+				require.Contains(t, names, table)
+			}
+			for _, name := range names {
+				require.NotContains(t, name, "river_", "River's migrations are the host's to run")
+			}
+			require.Equal(t, 2, host.count(t, "goose_db_version"), "the host's own versions untouched")
+			require.NoError(t, host.tables.Ready(ctx))
+		})
+
+		t.Run("CountersAndTransactions", func(t *testing.T) {
+			t.Parallel()
+
+			host := newHost(t)
+			ctx := t.Context()
+			require.NoError(t, host.tables.MigrateTables(ctx))
+
+			// The counters run, exact as ever.
+			window := &db.RateLimitCounterConsumeParams{KeyHash: tokenHash("k"), WindowStart: now, WindowEnd: now.Add(15 * time.Minute), LimitCount: 2}
+			for want := int64(1); want <= 2; want++ {
+				count, ok, err := host.tables.RateLimitCounterConsume(ctx, window)
+				require.NoError(t, err)
+				require.True(t, ok)
+				require.Equal(t, want, count)
+			}
+			_, ok, err := host.tables.RateLimitCounterConsume(ctx, window)
+			require.NoError(t, err)
+			require.False(t, ok)
+
+			// Transact commits, or rolls back on an error.
+			insertMessage := func(ctx context.Context, q db.Queries, jobID int64) error {
+				_, err := q.EmailMessageInsert(ctx, &db.EmailMessageInsertParams{JobID: jobID, Kind: "welcome_email", UserID: 7, IdempotencyKey: fmt.Sprintf("welcome_email:7:%d", jobID), Now: now})
+				return err
+			}
+			require.NoError(t, host.tables.Transact(ctx, func(ctx context.Context, q db.Queries) error { return insertMessage(ctx, q, 1) }))
+			errBoom := errors.New("boom")
+			err = host.tables.Transact(ctx, func(ctx context.Context, q db.Queries) error {
+				require.NoError(t, insertMessage(ctx, q, 2))
+				return errBoom
+			})
+			require.ErrorIs(t, err, errBoom)
+			require.Equal(t, 1, host.count(t, "email_messages"))
+			_, err = host.tables.EmailMessageGetByJob(ctx, 2)
+			require.ErrorIs(t, err, db.ErrNotFound)
+		})
+
+		t.Run("CloseLeavesTheHostsHandleOpen", func(t *testing.T) {
+			t.Parallel()
+
+			host := newHost(t)
+			require.NoError(t, host.tables.Close())
+			host.exec(t, "CREATE TABLE still_open (id INTEGER)")
+		})
+	})
+}
+
+func TestNewEngineFromPool(t *testing.T) {
+	t.Parallel()
+
+	ctx := t.Context()
+	pool, err := pgxpool.New(ctx, dbtest.PostgresURL(t))
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+
+	t.Run("OwnRateLimitPool", func(t *testing.T) {
+		t.Parallel()
+
+		engine, err := postgres.NewEngineFromPool(ctx, pool, nil)
+		require.NoError(t, err)
+		require.Same(t, pool, engine.Pool())
+		require.NotSame(t, pool, engine.RateLimitPool())
+		var setting string
+		require.NoError(t, engine.RateLimitPool().QueryRow(ctx, "SHOW synchronous_commit").Scan(&setting))
+		require.Equal(t, "off", setting, "the counters' commits do not wait for their WAL flush")
+		require.NoError(t, engine.Close())
+		require.ErrorContains(t, engine.RateLimitPool().Ping(ctx), "closed pool")
+		require.NoError(t, pool.Ping(ctx), "the host's pool stays open")
+	})
+
+	t.Run("GivenRateLimitPool", func(t *testing.T) {
+		t.Parallel()
+
+		engine, err := postgres.NewEngineFromPool(ctx, pool, &postgres.Config{RateLimitPool: pool})
+		require.NoError(t, err)
+		require.Same(t, pool, engine.RateLimitPool())
+		require.NoError(t, engine.Close())
+		require.NoError(t, pool.Ping(ctx))
+	})
+
+	t.Run("NilPool", func(t *testing.T) {
+		t.Parallel()
+
+		_, err := postgres.NewEngineFromPool(ctx, nil, nil)
+		require.Error(t, err)
+	})
+}
+
+func TestNewEngineFromDB(t *testing.T) {
+	t.Parallel()
+
+	sqlDB, err := sql.Open("sqlite", filepath.Join(t.TempDir(), "host.db"))
+	require.NoError(t, err)
+	t.Cleanup(func() { sqlDB.Close() })
+	engine, err := sqlite.NewEngineFromDB(sqlDB, nil)
+	require.NoError(t, err)
+	_, err = engine.AppSecret()
+	require.ErrorContains(t, err, "give APP_SECRET")
+	require.NoError(t, engine.Close())
+	require.NoError(t, sqlDB.Ping(), "the host's *sql.DB stays open")
+
+	_, err = sqlite.NewEngineFromDB(nil, nil)
+	require.Error(t, err)
+}

@@ -1,0 +1,93 @@
+// Command hostapp is a small Gin app that uses postguard as a Go library, in its own process,
+// on its own PostgreSQL database and accounts table: postguard's limiter guards its sign-up
+// (Gin middleware) and its login (the failure-counting pattern), and postguard's mail jobs run
+// on its own River client, the welcome job inserted in the transaction that creates the account.
+// See README.md, "Using it as a library".
+//
+//	DATABASE_URL=postgres://… APP_SECRET=$(openssl rand -hex 32) go run ./examples/hostapp
+//
+// Mail is printed to the log unless RESEND_API_KEY and RESEND_FROM_EMAIL are set.
+package main
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/postguard/postguard/jobs/mail"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Environ()); err != nil {
+		fmt.Fprintf(os.Stderr, "hostapp: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, environ []string) error {
+	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	secret := os.Getenv("APP_SECRET")
+	if len(secret) < 32 {
+		return errors.New("APP_SECRET must be at least 32 bytes")
+	}
+	rules, err := DefaultRules().WithEnviron(environ)
+	if err != nil {
+		return err
+	}
+	var sender mail.Sender = mail.NewLogSender(logger, nil)
+	if key := os.Getenv("RESEND_API_KEY"); key != "" {
+		if sender, err = mail.NewResendSender(&mail.ResendConfig{APIKey: key, From: os.Getenv("RESEND_FROM_EMAIL")}); err != nil {
+			return err
+		}
+	}
+
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	app, err := NewApp(ctx, pool, &Config{
+		Secret: []byte(secret),
+		AppURL: cmp.Or(os.Getenv("APP_URL"), "http://localhost:8081"),
+		Rules:  rules,
+		Sender: sender,
+		Logger: logger,
+	})
+	if err != nil {
+		return err
+	}
+	defer app.Close()
+	if err := app.Migrate(ctx); err != nil {
+		return err
+	}
+	if err := app.River.Start(ctx); err != nil {
+		return err
+	}
+	server := &http.Server{Addr: cmp.Or(os.Getenv("HTTP_ADDR"), ":8081"), Handler: app.Router, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		<-ctx.Done()
+		shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		_ = server.Shutdown(shutdownCtx)
+	}()
+	logger.InfoContext(ctx, "hostapp started", slog.String("addr", server.Addr))
+	serveErr := server.ListenAndServe()
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	stopErr := app.River.Stop(stopCtx)
+	if !errors.Is(serveErr, http.ErrServerClosed) {
+		return errors.Join(serveErr, stopErr)
+	}
+	return stopErr
+}
