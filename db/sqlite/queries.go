@@ -373,6 +373,47 @@ func (q *queries) RateLimitCounterConsume(ctx context.Context, params *db.RateLi
 	return count, true, nil
 }
 
+// RateLimitCounterConsumeChain implements db.Counters: its statements run one after another on
+// one connection, taken once, outside any transaction (each is atomic on its own, as on
+// PostgreSQL), and the user is read on it last. SQLite runs in the process: one call is the
+// round trip.
+func (q *queries) RateLimitCounterConsumeChain(ctx context.Context, params *db.RateLimitCounterChainParams) (*db.RateLimitCounterChainResult, error) {
+	if n := len(params.Windows); n == 0 || n > db.RateLimitChainMax {
+		return nil, fmt.Errorf("a rate limit chain has 1 to %d windows, got %d", db.RateLimitChainMax, n)
+	}
+	onConn := q
+	if pool, ok := q.dbtx.(*sql.DB); ok {
+		conn, err := pool.Conn(ctx)
+		if err != nil {
+			return nil, failed("consuming rate limit counters", err)
+		}
+		defer conn.Close()
+		onConn = &queries{dbtx: conn}
+	}
+	result := &db.RateLimitCounterChainResult{}
+	for i := range params.Windows {
+		count, ok, err := onConn.RateLimitCounterConsume(ctx, &params.Windows[i])
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return result, nil
+		}
+		result.Counts = append(result.Counts, count)
+	}
+	if params.UserEmail != "" {
+		user, err := onConn.UserGetByEmail(ctx, params.UserEmail)
+		switch {
+		case errors.Is(err, db.ErrNotFound):
+		case err != nil:
+			return nil, err
+		default:
+			result.User = user
+		}
+	}
+	return result, nil
+}
+
 // RateLimitCounterGet implements db.Counters: no row is a count of 0.
 func (q *queries) RateLimitCounterGet(ctx context.Context, params *db.RateLimitCounterGetParams) (int64, error) {
 	count, err := sqlc.RateLimitCounterGet(ctx, q.dbtx, dbsqlc.RateLimitCounterGetParams{KeyHash: params.KeyHash, WindowStart: us(params.WindowStart)})
