@@ -19,12 +19,13 @@ import (
 const DefaultDenyCacheSize = 10_000
 
 // Consumer is the counter store a Limiter counts in; db.Store and db.Tables implement it.
-// RateLimitCounterConsume spends one request of a counter's window in one atomic statement (ok is
-// false, and nothing counted, when the window is at its limit); RateLimitCounterGet reads a
-// window's count without spending any of it (0 when nothing was counted), for Peek;
-// RateLimitCounterDelete deletes a window's counter (none is fine), for Clear.
+// RateLimitCounterConsumeChain spends one request of each of a request's windows in order, in one
+// round trip, each in one atomic statement and only while the ones before it admitted (a window
+// at its limit refuses and counts nothing), and reads a user by email with them when asked;
+// RateLimitCounterGet reads a window's count without spending any of it (0 when nothing was
+// counted), for Peek; RateLimitCounterDelete deletes a window's counter (none is fine), for Clear.
 type Consumer interface {
-	RateLimitCounterConsume(ctx context.Context, params *db.RateLimitCounterConsumeParams) (count int64, ok bool, err error)
+	RateLimitCounterConsumeChain(ctx context.Context, params *db.RateLimitCounterChainParams) (*db.RateLimitCounterChainResult, error)
 	RateLimitCounterGet(ctx context.Context, params *db.RateLimitCounterGetParams) (int64, error)
 	RateLimitCounterDelete(ctx context.Context, params *db.RateLimitCounterDeleteParams) error
 }
@@ -254,12 +255,114 @@ func (d *Decision) SetHeaders(h http.Header) {
 // Allow spends one request of action for subject. The action's rules are checked in order, IP,
 // then email, then key (see Subject for which apply), each spending only when the ones before it
 // admitted; the first refusal answers. A rule never counts a request it refuses, but a request a
-// later rule refuses has spent the earlier rules' allowance. Each check is one atomic database
-// statement, unless the in-process deny cache already knows the window is exhausted. A scope the
-// rules leave out is not limited; an action without any rule is an error. Allow returns an error
-// only when the store fails (wrapped); the caller chooses whether to fail open or closed.
+// later rule refuses has spent the earlier rules' allowance. All the checks of a request are one
+// round trip to the database (each one atomic statement of it), and none when the in-process deny
+// cache already knows the first rule's window is exhausted (a later rule's cached refusal still
+// spends the rules before it). A scope the rules leave out is not limited; an action without any
+// rule is an error. Allow returns an error only when the store fails (wrapped); the caller
+// chooses whether to fail open or closed.
 func (l *Limiter) Allow(ctx context.Context, action Action, subject Subject) (*Decision, error) {
-	return l.decide(ctx, action, subject, l.check)
+	decision, _, err := l.allow(ctx, action, subject, false)
+	return decision, err
+}
+
+// AllowUser is Allow, and, when every rule admitted, reads the user whose (normalised) email is
+// subject.Email in the same round trip: nil when there is none, when a rule refused, or when
+// subject.Email is empty. A route that acts on an account only when its email's budget admitted
+// (forgot-password, resend-verification) then costs one round trip, not two.
+func (l *Limiter) AllowUser(ctx context.Context, action Action, subject Subject) (*Decision, *db.User, error) {
+	return l.allow(ctx, action, subject, subject.Email != "")
+}
+
+// chained is a rule of a request's chain, with its window and key.
+type chained struct {
+	rule *limiterRule
+	win  window
+	key  [32]byte
+}
+
+// allow is Allow, reading subject.Email's user with the checks when lookup is set.
+func (l *Limiter) allow(ctx context.Context, action Action, subject Subject, lookup bool) (*Decision, *db.User, error) {
+	rules, ok := l.actions[action]
+	if !ok {
+		return nil, nil, fmt.Errorf("no rate-limit rule for action %q", action)
+	}
+	now := l.now()
+
+	// The rules that apply, in order, up to the first one the deny cache refuses.
+	var chain [db.RateLimitChainMax]chained
+	n := 0
+	var cachedRefusal *chained
+	for _, rule := range rules {
+		value, ok := subject.value(rule.Scope)
+		if !ok {
+			continue
+		}
+		c := chained{rule: rule, win: windowAt(now, rule.Window), key: l.keys.key(rule.Action, rule.Scope, value)}
+		if denied := l.denyCacheOf(rule); denied != nil && denied.contains(c.key, c.win.start, now) {
+			cachedRefusal = &c
+			break
+		}
+		chain[n] = c
+		n++
+	}
+
+	var result *db.RateLimitCounterChainResult
+	if n > 0 {
+		params := &db.RateLimitCounterChainParams{Windows: make([]db.RateLimitCounterConsumeParams, n)}
+		for i, c := range chain[:n] {
+			params.Windows[i] = db.RateLimitCounterConsumeParams{
+				KeyHash:     c.key[:],
+				WindowStart: c.win.start,
+				WindowEnd:   c.win.end,
+				LimitCount:  c.rule.Limit,
+			}
+		}
+		if lookup && cachedRefusal == nil {
+			params.UserEmail = subject.Email
+		}
+		var err error
+		if result, err = l.store.RateLimitCounterConsumeChain(ctx, params); err != nil {
+			return nil, nil, fmt.Errorf("error consuming rate limits of %s: %w", action, err)
+		}
+	}
+
+	var answer *Decision
+	var checked []*Decision
+	for i, c := range chain[:n] {
+		d := &Decision{Rule: c.rule.Rule, ResetAfter: c.win.end.Sub(now)}
+		checked = append(checked, d)
+		if i >= len(result.Counts) { // the chain's refusal; the rules after it were not spent
+			if denied := l.denyCacheOf(c.rule); denied != nil {
+				denied.add(c.key, c.win.start, c.win.end)
+			}
+			observe(c.rule.refused)
+			d.checked = checked
+			return d, nil, nil
+		}
+		observe(c.rule.allowed)
+		d.Allowed = true
+		d.Remaining = max(c.rule.Limit-result.Counts[i], 0)
+		if answer == nil || d.Remaining < answer.Remaining ||
+			(d.Remaining == answer.Remaining && d.ResetAfter > answer.ResetAfter) {
+			answer = d
+		}
+	}
+	if c := cachedRefusal; c != nil {
+		observe(c.rule.refused)
+		d := &Decision{Rule: c.rule.Rule, ResetAfter: c.win.end.Sub(now)}
+		d.checked = append(checked, d)
+		return d, nil, nil
+	}
+	if answer == nil { // no rule applied: only email or key rules, and no such value
+		answer = &Decision{Allowed: true}
+	}
+	answer.checked = checked
+	var user *db.User
+	if result != nil {
+		user = result.User
+	}
+	return answer, user, nil
 }
 
 // Peek answers what Allow would answer now for action and subject, and spends nothing: each
@@ -303,8 +406,8 @@ func (l *Limiter) Clear(ctx context.Context, action Action, subject Subject) err
 	return nil
 }
 
-// decide runs check on each rule of action that applies, in order, and answers as Allow says.
-// It is the one place a request's checks are made.
+// decide runs check on each rule of action that applies, in order, and answers as Allow says:
+// Peek's checks, one statement each (Allow spends its in one round trip, see allow).
 func (l *Limiter) decide(ctx context.Context, action Action, subject Subject,
 	check func(ctx context.Context, rule *limiterRule, value string, now time.Time) (*Decision, error),
 ) (*Decision, error) {
@@ -340,40 +443,6 @@ func (l *Limiter) decide(ctx context.Context, action Action, subject Subject,
 	}
 	answer.checked = checked
 	return answer, nil
-}
-
-// check spends one request of rule for value.
-func (l *Limiter) check(ctx context.Context, rule *limiterRule, value string, now time.Time) (*Decision, error) {
-	win := windowAt(now, rule.Window)
-	key := l.keys.key(rule.Action, rule.Scope, value)
-	d := &Decision{Rule: rule.Rule, ResetAfter: win.end.Sub(now)}
-
-	denied := l.denyCacheOf(rule)
-	if denied != nil && denied.contains(key, win.start, now) {
-		observe(rule.refused)
-		return d, nil
-	}
-
-	count, ok, err := l.store.RateLimitCounterConsume(ctx, &db.RateLimitCounterConsumeParams{
-		KeyHash:     key[:],
-		WindowStart: win.start,
-		WindowEnd:   win.end,
-		LimitCount:  rule.Limit,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("error consuming rate limit %s: %w", rule.PolicyName(), err)
-	}
-	if !ok {
-		if denied != nil {
-			denied.add(key, win.start, win.end)
-		}
-		observe(rule.refused)
-		return d, nil
-	}
-	observe(rule.allowed)
-	d.Allowed = true
-	d.Remaining = max(rule.Limit-count, 0)
-	return d, nil
 }
 
 // peek reads rule's current window for value and decides as check would, spending nothing. A

@@ -39,20 +39,27 @@ func newMemConsumer() *memConsumer {
 	return &memConsumer{counts: make(map[memKey]int64)}
 }
 
-func (m *memConsumer) RateLimitCounterConsume(_ context.Context, params *db.RateLimitCounterConsumeParams) (int64, bool, error) {
+// RateLimitCounterConsumeChain is one call, however many windows it spends (one round trip to a
+// real store). It reads no user: the store tests cover the lookup.
+func (m *memConsumer) RateLimitCounterConsumeChain(_ context.Context, params *db.RateLimitCounterChainParams) (*db.RateLimitCounterChainResult, error) {
 	m.calls.Add(1)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.params = append(m.params, *params)
 	if m.err != nil {
-		return 0, false, m.err
+		m.params = append(m.params, params.Windows[0])
+		return nil, m.err
 	}
-	k := memKey{string(params.KeyHash), params.WindowStart.UnixNano()}
-	if m.counts[k] >= params.LimitCount {
-		return 0, false, nil
+	result := &db.RateLimitCounterChainResult{}
+	for _, w := range params.Windows {
+		m.params = append(m.params, w)
+		k := memKey{string(w.KeyHash), w.WindowStart.UnixNano()}
+		if m.counts[k] >= w.LimitCount {
+			break
+		}
+		m.counts[k]++
+		result.Counts = append(result.Counts, m.counts[k])
 	}
-	m.counts[k]++
-	return m.counts[k], true, nil
+	return result, nil
 }
 
 func (m *memConsumer) RateLimitCounterGet(_ context.Context, params *db.RateLimitCounterGetParams) (int64, error) {
@@ -82,9 +89,9 @@ type countingConsumer struct {
 	calls atomic.Int64
 }
 
-func (c *countingConsumer) RateLimitCounterConsume(ctx context.Context, params *db.RateLimitCounterConsumeParams) (int64, bool, error) {
+func (c *countingConsumer) RateLimitCounterConsumeChain(ctx context.Context, params *db.RateLimitCounterChainParams) (*db.RateLimitCounterChainResult, error) {
 	c.calls.Add(1)
-	return c.Consumer.RateLimitCounterConsume(ctx, params)
+	return c.Consumer.RateLimitCounterConsumeChain(ctx, params)
 }
 
 func (c *countingConsumer) RateLimitCounterDelete(ctx context.Context, params *db.RateLimitCounterDeleteParams) error {
@@ -366,7 +373,7 @@ func TestLimiter_Allow(t *testing.T) {
 		d, err := l.Allow(ctx, ActionRegister, Subject{IP: clientIP, Email: "alice@example.com"})
 		require.Nil(t, d)
 		require.ErrorIs(t, err, bundle.consumer.err)
-		require.ErrorContains(t, err, "error consuming rate limit register-ip")
+		require.ErrorContains(t, err, "error consuming rate limits of register")
 	})
 
 	t.Run("ParamsCarryNoRawValues", func(t *testing.T) {
@@ -765,9 +772,9 @@ func TestLimiter_CustomAction(t *testing.T) {
 			require.NoError(t, err)
 			require.False(t, d.Allowed)
 		}
-		// Each refusal went to the store (IP check + key check per Allow, the same per Peek): a
-		// clear in another process must be seen at once.
-		require.Equal(t, calls+5*2*2, bundle.consumer.calls.Load())
+		// Each refusal went to the store (IP and key checks in one call per Allow, one call each
+		// per Peek): a clear in another process must be seen at once.
+		require.Equal(t, calls+5*(1+2), bundle.consumer.calls.Load())
 	})
 }
 
