@@ -243,7 +243,8 @@ func TestServer_BadInput(t *testing.T) {
 
 		// The same store and limiter do count a valid request: the zero above means something.
 		register(t, bundle.router, "good@example.com")
-		require.Equal(t, int64(2), bundle.consumer.calls.Load())
+		require.Equal(t, int64(1), bundle.consumer.calls.Load(), "register's checks are one round trip")
+		require.Equal(t, int64(2), bundle.consumer.windows.Load(), "register checks its IP and its email")
 	})
 }
 

@@ -434,11 +434,29 @@ func TestLimiter_Allow(t *testing.T) {
 			allow(t, l, ActionRegister, netip.AddrFrom4([4]byte{203, 0, 113, byte(i)}), "alice@example.com")
 		}
 		calls := bundle.consumer.calls.Load()
-		// A cached email refusal still spends the IP allowance through the database.
+		// A cached email refusal still spends the IP allowance through the database, and only
+		// it.
+		spent := len(bundle.consumer.params)
 		d := allow(t, l, ActionRegister, clientIP, "alice@example.com")
 		require.False(t, d.Allowed)
 		require.Equal(t, ScopeEmail, d.Rule.Scope)
 		require.Equal(t, calls+1, bundle.consumer.calls.Load())
+		require.Len(t, bundle.consumer.params, spent+1, "the cached email's window went to the store")
+	})
+
+	t.Run("OneCallPerRequest", func(t *testing.T) {
+		t.Parallel()
+
+		l, bundle := setup(t, nil)
+
+		for i := range 10 {
+			d := allow(t, l, ActionRegister, netip.AddrFrom4([4]byte{203, 0, 113, byte(i)}), "alice@example.com")
+			require.Equal(t, i < 3, d.Allowed)
+		}
+		require.Equal(t, int64(10), bundle.consumer.calls.Load(), "both rules of each request in one call")
+		// Three admitted and one refused by the email's window spent both windows; the six after
+		// the email's refusal was cached spent the IP's only.
+		require.Len(t, bundle.consumer.params, 4*2+6)
 	})
 
 	t.Run("DenyCacheDisabled", func(t *testing.T) {
