@@ -54,8 +54,8 @@ func firstLines(sql []string) []string {
 
 // TestServer_RoundTrips counts, on the wire, the statements a rate-limited request sends to
 // PostgreSQL: a forgot-password or resend-verification for an unknown email is one statement
-// (both checks and the user lookup), and so is a spend of the limits API; a known email adds only
-// its transaction.
+// (both checks and the user lookup), and so are a spend and a peek of the limits API; a known
+// email adds only its transaction.
 func TestServer_RoundTrips(t *testing.T) {
 	t.Parallel()
 
@@ -109,5 +109,11 @@ func TestServer_RoundTrips(t *testing.T) {
 		require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
 		require.Equal(t, []string{"-- name: RateLimitCounterConsumeChain :one"}, firstLines(tracer.take()),
 			"the IP and key checks in one statement")
+
+		req = limitsRequestOf(t, http.MethodPost, "/v1/limits/login?peek=true", `{"ip":"203.0.113.9","key":"account-1"}`)
+		rec = serve(t, bundle.router, req)
+		require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+		require.Equal(t, []string{"-- name: RateLimitCounterGetMany :many"}, firstLines(tracer.take()),
+			"the IP and key peeks in one statement")
 	})
 }

@@ -114,6 +114,9 @@ type Counters interface {
 	// RateLimitCounterGet reads how many requests a window has counted (0 when none), spending
 	// nothing.
 	RateLimitCounterGet(ctx context.Context, params *RateLimitCounterGetParams) (int64, error)
+	// RateLimitCounterGetMany reads several windows' counts in one round trip, in the order
+	// asked (0 for a window with nothing counted), spending nothing: a request's peek.
+	RateLimitCounterGetMany(ctx context.Context, windows []RateLimitCounterGetParams) ([]int64, error)
 	// RateLimitCounterDelete deletes a window's counter (none is fine): its key starts the window
 	// afresh.
 	RateLimitCounterDelete(ctx context.Context, params *RateLimitCounterDeleteParams) error

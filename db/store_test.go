@@ -1585,6 +1585,31 @@ func TestStore_RateLimitCounterConsumeChain(t *testing.T) {
 			}
 		})
 
+		t.Run("GetManyReadsInOrder", func(t *testing.T) {
+			t.Parallel()
+
+			ctx := t.Context()
+			store := newStore(t)
+
+			_, err := store.RateLimitCounterConsumeChain(ctx, &db.RateLimitCounterChainParams{Windows: []db.RateLimitCounterConsumeParams{
+				window("ip", 5), window("key", 5),
+			}})
+			require.NoError(t, err)
+			_, _, err = store.RateLimitCounterConsume(ctx, &db.RateLimitCounterConsumeParams{
+				KeyHash: tokenHash("key"), WindowStart: now, WindowEnd: now.Add(15 * time.Minute), LimitCount: 5,
+			})
+			require.NoError(t, err)
+
+			counts, err := store.RateLimitCounterGetMany(ctx, []db.RateLimitCounterGetParams{
+				{KeyHash: tokenHash("key"), WindowStart: now},
+				{KeyHash: tokenHash("never"), WindowStart: now},
+				{KeyHash: tokenHash("ip"), WindowStart: now},
+				{KeyHash: tokenHash("ip"), WindowStart: now.Add(-15 * time.Minute)},
+			})
+			require.NoError(t, err)
+			require.Equal(t, []int64{2, 0, 1, 0}, counts)
+		})
+
 		t.Run("RefusesBadChains", func(t *testing.T) {
 			t.Parallel()
 

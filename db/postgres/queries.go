@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -438,6 +439,32 @@ func (c *counters) RateLimitCounterGet(ctx context.Context, params *db.RateLimit
 		return 0, nil
 	}
 	return count, wrap("reading rate limit counter", err)
+}
+
+// RateLimitCounterGetMany implements db.Counters in one statement.
+func (c *counters) RateLimitCounterGetMany(ctx context.Context, windows []db.RateLimitCounterGetParams) ([]int64, error) {
+	arg := dbsqlc.RateLimitCounterGetManyParams{
+		KeyHashes:    make([][]byte, len(windows)),
+		WindowStarts: make([]time.Time, len(windows)),
+	}
+	for i, w := range windows {
+		arg.KeyHashes[i], arg.WindowStarts[i] = w.KeyHash, w.WindowStart
+	}
+	rows, err := retryOnce(ctx, true, func() ([]*dbsqlc.RateLimitCounterGetManyRow, error) {
+		return sqlc.RateLimitCounterGetMany(ctx, c.pool, arg)
+	})
+	if err != nil {
+		return nil, wrap("reading rate limit counters", err)
+	}
+	counts := make([]int64, len(windows))
+	for _, row := range rows {
+		for i, w := range windows {
+			if bytes.Equal(row.KeyHash, w.KeyHash) && row.WindowStart.Equal(w.WindowStart) {
+				counts[i] = row.Count
+			}
+		}
+	}
+	return counts, nil
 }
 
 // RateLimitCounterDelete implements db.Counters. Deleting twice leaves what deleting once does,

@@ -381,15 +381,11 @@ func (q *queries) RateLimitCounterConsumeChain(ctx context.Context, params *db.R
 	if n := len(params.Windows); n == 0 || n > db.RateLimitChainMax {
 		return nil, fmt.Errorf("a rate limit chain has 1 to %d windows, got %d", db.RateLimitChainMax, n)
 	}
-	onConn := q
-	if pool, ok := q.dbtx.(*sql.DB); ok {
-		conn, err := pool.Conn(ctx)
-		if err != nil {
-			return nil, failed("consuming rate limit counters", err)
-		}
-		defer conn.Close()
-		onConn = &queries{dbtx: conn}
+	onConn, release, err := q.oneConn(ctx)
+	if err != nil {
+		return nil, failed("consuming rate limit counters", err)
 	}
+	defer release()
 	result := &db.RateLimitCounterChainResult{}
 	for i := range params.Windows {
 		count, ok, err := onConn.RateLimitCounterConsume(ctx, &params.Windows[i])
@@ -421,6 +417,39 @@ func (q *queries) RateLimitCounterGet(ctx context.Context, params *db.RateLimitC
 		return 0, nil
 	}
 	return count, failed("reading rate limit counter", err)
+}
+
+// RateLimitCounterGetMany implements db.Counters: one statement per window, on one connection
+// taken once, like RateLimitCounterConsumeChain.
+func (q *queries) RateLimitCounterGetMany(ctx context.Context, windows []db.RateLimitCounterGetParams) ([]int64, error) {
+	onConn, release, err := q.oneConn(ctx)
+	if err != nil {
+		return nil, failed("reading rate limit counters", err)
+	}
+	defer release()
+	counts := make([]int64, len(windows))
+	for i := range windows {
+		count, err := onConn.RateLimitCounterGet(ctx, &windows[i])
+		if err != nil {
+			return nil, err
+		}
+		counts[i] = count
+	}
+	return counts, nil
+}
+
+// oneConn is q on one connection of its *sql.DB, taken once for several statements, and its
+// release; q itself when it runs on a connection or a transaction already.
+func (q *queries) oneConn(ctx context.Context) (*queries, func(), error) {
+	pool, ok := q.dbtx.(*sql.DB)
+	if !ok {
+		return q, func() {}, nil
+	}
+	conn, err := pool.Conn(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &queries{dbtx: conn}, func() { conn.Close() }, nil
 }
 
 // RateLimitCounterDelete implements db.Counters.

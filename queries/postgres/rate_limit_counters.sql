@@ -109,3 +109,12 @@ LEFT JOIN users
     AND counts.count_1 > 0
     AND (sqlc.narg(key_hash_2)::bytea IS NULL OR counts.count_2 > 0)
     AND (sqlc.narg(key_hash_3)::bytea IS NULL OR counts.count_3 > 0);
+
+-- name: RateLimitCounterGetMany :many
+-- RateLimitCounterGetMany reads the counts of several fixed windows in one statement, spending
+-- nothing: the i-th key with the i-th window start. A window with nothing counted has no row.
+SELECT rate_limit_counters.key_hash, rate_limit_counters.window_start, rate_limit_counters.count
+FROM rate_limit_counters
+WHERE (rate_limit_counters.key_hash, rate_limit_counters.window_start) IN (
+    SELECT unnest(@key_hashes::bytea[]), unnest(@window_starts::timestamptz[])
+);
