@@ -97,8 +97,8 @@ func (o *options) Validate() error {
 		return errors.New("-database-url must be a postgres:// URL or sqlite://PATH")
 	case o.Concurrency < 1 || o.Concurrency > maxConcurrency:
 		return fmt.Errorf("-concurrency must be between 1 and %d", maxConcurrency)
-	case o.HoldConcurrency < 1 || o.HoldConcurrency > maxConcurrency:
-		return fmt.Errorf("-hold-concurrency must be between 1 and %d", maxConcurrency)
+	case o.HoldConcurrency < 0 || o.HoldConcurrency > maxConcurrency:
+		return fmt.Errorf("-hold-concurrency must be 0 (sized by the tool) or between 1 and %d", maxConcurrency)
 	case o.Registrations < 1 || o.Registrations > maxConcurrency:
 		return fmt.Errorf("-registrations must be between 1 and %d", maxConcurrency)
 	case o.Duration <= 0 || o.Duration > maxDuration:
@@ -157,9 +157,11 @@ Flags:
 	fs.BoolVar(&opts.JSON, "json", false, "print the report as JSON instead of a table")
 	fs.IntVar(&opts.Registrations, "registrations", 200, "concurrent clients of the register scenario (its peak RSS is checked)")
 	fs.IntVar(&opts.Mails, "mails", 500, "verification mails drained per email-drain phase")
-	fs.IntVar(&opts.HoldConcurrency, "hold-concurrency", 512,
-		"concurrent clients of http-many-ips (and sqlite): forgot-password holds every admitted answer for at least\n"+
-			"100ms (uniform timing), so the rate at N clients can never exceed N/0.1s; this many keeps the hold from capping it")
+	fs.IntVar(&opts.HoldConcurrency, "hold-concurrency", 0,
+		"concurrent clients of the held rows (http-many-ips, sqlite): forgot-password holds every answer for at\n"+
+			"least 100ms (uniform timing), so N clients can never measure more than N/0.1s. 0 sizes N from the run's\n"+
+			"ceiling: ceil(ceiling/pair's rate × 0.1s × 2), at most 10000 (fewer if file descriptors are short); a row\n"+
+			"at ≥ 90% of N/0.1s is flagged \"capped by clients\" and passes no target")
 	fs.IntVar(&opts.ExistingKeys, "existing-keys", 10_000, "size of the pre-filled key set cycled by ceiling/existing-keys")
 	fs.IntVar(&opts.Budget, "budget", 20, "sends per second the fake Resend allows in email-drain/budget, and the service's RESEND_MAX_RPS there")
 	fs.IntVar(&opts.EmailWorkers, "email-workers", 10, "EMAIL_WORKERS of the email-drain phases")

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -87,11 +88,8 @@ func runTool(t *testing.T, databaseURL string) *Report {
 func requireRows(t *testing.T, report *Report, withSQLite bool) {
 	t.Helper()
 
-	want := []string{
-		rowCeilingFresh, "ceiling/existing-keys", "ceiling/hot-key", rowCeilingPair,
-		scenarioManyIPs, scenarioHotIP, rowHash, scenarioRegister,
-		rowDrainNoop, rowDrainResend, rowDrainBudget,
-	}
+	want := []string{rowCeilingFresh, "ceiling/existing-keys", "ceiling/hot-key", rowCeilingPair, scenarioManyIPs}
+	want = append(want, scenarioHotIP, rowHash, scenarioRegister, rowDrainNoop, rowDrainResend, rowDrainBudget)
 	if withSQLite {
 		want = append(want, rowSQLite)
 	}
@@ -102,6 +100,7 @@ func requireRows(t *testing.T, report *Report, withSQLite bool) {
 	require.Equal(t, want, got)
 
 	targeted := []string{scenarioManyIPs, scenarioHotIP, scenarioRegister, rowDrainResend, rowDrainBudget, rowSQLite}
+	held := []string{scenarioManyIPs, rowSQLite}
 	for _, row := range report.Rows {
 		require.Positive(t, row.Requests, row.Scenario)
 		require.Positive(t, row.Rate, row.Scenario)
@@ -118,7 +117,14 @@ func requireRows(t *testing.T, report *Report, withSQLite bool) {
 			require.NotNil(t, row.Pass, row.Scenario)
 			require.NotEmpty(t, row.Baseline, row.Scenario)
 		}
+		if slices.Contains(held, row.Scenario) {
+			// -hold-concurrency 16 (runTool): 16 clients held ≥ 100ms each.
+			require.Equal(t, 16, row.Clients, row.Scenario)
+			require.NotNil(t, row.ClientCap, row.Scenario)
+			require.InDelta(t, 160, *row.ClientCap, 1e-9, row.Scenario)
+		}
 	}
+	require.Contains(t, strings.Join(report.Notes, "\n"), "clients 16 (-hold-concurrency); the hold caps each of them at 16/0.1 s = 160 req/s")
 	require.Len(t, report.Checks, 2)
 	require.Contains(t, report.Checks[0].Name, "peak RSS")
 	require.Contains(t, report.Checks[1].Name, "loses no mail")
@@ -259,6 +265,7 @@ func TestParseOptions(t *testing.T) {
 	require.Equal(t, allScenarios, opts.Scenarios)
 	require.Equal(t, 200, opts.Registrations)
 	require.Equal(t, 500, opts.Mails)
+	require.Zero(t, opts.HoldConcurrency, "sized by the tool")
 
 	opts, err = parseOptions([]string{"-scenarios", "register, ceiling,register"}, func(key string) string {
 		if key == "TEST_DATABASE_URL" {
@@ -276,6 +283,8 @@ func TestParseOptions(t *testing.T) {
 		{"-duration", "1h"},
 		{"-database-url", "mysql://x"},
 		{"-fetch-cooldown", "0s"},
+		{"-hold-concurrency", "-1"},
+		{"-hold-concurrency", "10001"},
 		{"stray"},
 	} {
 		var stderr bytes.Buffer
@@ -313,4 +322,124 @@ func TestCPUSnapshot_Since(t *testing.T) {
 
 	require.False(t, cpuSnapshot{}.since(cpuSnapshot{}).dbSeen, "no PostgreSQL on this machine")
 	require.Equal(t, -1.0, cpuSnapshot{}.since(cpuSnapshot{}).others, "no capacity read")
+}
+
+func TestSizeHoldClients(t *testing.T) {
+	t.Parallel()
+
+	roomy := clientLimit{clients: maxConcurrency, why: "the tool's bound"}
+	for _, tt := range []struct {
+		name     string
+		explicit int
+		rate     float64
+		limit    clientLimit
+		want     int
+		why      string
+	}{
+		{
+			name: "FromTheCeiling", rate: 23_400, limit: roomy, want: 4680,
+			why: "clients 4680 = ceil(23400 pairs/s × 0.1 s × 2)",
+		},
+		{
+			name: "RoundsUp", rate: 10.1, limit: roomy, want: 3,
+			why: "clients 3 = ceil(10 pairs/s × 0.1 s × 2)",
+		},
+		{
+			name: "NoCeilingMeasured", limit: roomy, want: fallbackHeldRate / 5,
+			why: "clients 5000 = ceil(25000 req/s, a fixed bound as no ceiling was measured in this run, × 0.1 s × 2)",
+		},
+		{
+			name: "Explicit", explicit: 512, rate: 23_400, limit: roomy, want: 512,
+			why: "clients 512 (-hold-concurrency)",
+		},
+		{
+			name: "Clamped", rate: 80_000, limit: clientLimit{clients: 9744, why: "RLIMIT_NOFILE 20000"}, want: 9744,
+			why: "clients 16000 = ceil(80000 pairs/s × 0.1 s × 2), CLAMPED to 9744 (RLIMIT_NOFILE 20000)",
+		},
+		{
+			name: "ExplicitClamped", explicit: 5000, limit: clientLimit{clients: 1000, why: "RLIMIT_NOFILE 2512"}, want: 1000,
+			why: "clients 5000 (-hold-concurrency), CLAMPED to 1000 (RLIMIT_NOFILE 2512)",
+		},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+
+			s := sizeHoldClients(tt.explicit, tt.rate, "pairs/s", 100*time.Millisecond, tt.limit)
+			require.Equal(t, tt.want, s.clients)
+			require.Equal(t, tt.why, s.why)
+			require.InDelta(t, float64(tt.want)*10, s.clientCap(), 1e-6)
+			require.Contains(t, s.note(), fmt.Sprintf("the hold caps each of them at %d/0.1 s = %d req/s", tt.want, tt.want*10))
+		})
+	}
+
+	// The hold is the service's own.
+	require.Equal(t, 100*time.Millisecond, heldHold)
+}
+
+func TestMaxHoldClients(t *testing.T) {
+	t.Parallel()
+
+	limit := maxHoldClients(20_000)
+	require.Equal(t, (20_000-fdReserve)/fdsPerClient, limit.clients)
+	require.Contains(t, limit.why, "RLIMIT_NOFILE 20000")
+
+	require.Equal(t, maxConcurrency, maxHoldClients(1<<20).clients)
+	require.Equal(t, 1, maxHoldClients(100).clients)
+	require.Equal(t, 1, maxHoldClients(0).clients)
+
+	soft, _, err := raiseFileLimit()
+	require.NoError(t, err)
+	require.Positive(t, soft)
+}
+
+func TestCappedByClients(t *testing.T) {
+	t.Parallel()
+
+	require.True(t, cappedByClients(5120, 5120))
+	require.True(t, cappedByClients(4608, 5120), "90% of the cap")
+	require.False(t, cappedByClients(4607, 5120))
+	require.False(t, cappedByClients(100, 0), "no cap: not a held row")
+}
+
+// TestReport_CappedByClients: a capped row passes no target, nor does a row compared with it, and
+// both say so.
+func TestReport_CappedByClients(t *testing.T) {
+	t.Parallel()
+
+	r := &runner{
+		opts:   &options{HoldConcurrency: 512},
+		report: &Report{},
+		// The ceiling measured 30k pairs/s: a ratio of 0.17 only, as the hold caps the row.
+		pairBound:   30_000,
+		clientLimit: clientLimit{clients: maxConcurrency},
+	}
+	r.report.Rows = append(r.report.Rows, &Row{Scenario: rowCeilingPair, Rate: 30_000, Derived: true})
+	capped := r.heldRow(scenarioManyIPs, &sample{requests: 5000, elapsed: time.Second}, engineSQLite, "note")
+	require.True(t, capped.CappedByClients)
+	require.InDelta(t, 5120, *capped.ClientCap, 1e-9)
+	require.Contains(t, capped.Note, "CAPPED BY CLIENTS: 5000 req/s is ≥ 90% of the 5120 req/s that 512 clients")
+	r.report.Rows = append(r.report.Rows, capped)
+	r.report.compare(capped, rowCeilingPair, 0.1) // a ratio over its target, and still no pass
+
+	hot := &Row{Scenario: scenarioHotIP, Unit: "req", Rate: 50_000, Requests: 1}
+	r.report.Rows = append(r.report.Rows, hot)
+	r.report.compare(hot, scenarioManyIPs, targetHotIP) // 10 ×: over its target, against a capped baseline
+
+	free := r.heldRow(rowSQLite, &sample{requests: 4000, elapsed: time.Second}, engineSQLite, "note")
+	require.False(t, free.CappedByClients)
+	require.Equal(t, "note", free.Note)
+
+	r.report.finish()
+	require.False(t, *capped.Pass)
+	require.False(t, *hot.Pass)
+	require.Contains(t, hot.Note, "no verdict: http-many-ips is capped by clients")
+	require.Len(t, r.report.Misses, 2)
+	for _, miss := range r.report.Misses {
+		require.Contains(t, miss, "capped by clients")
+	}
+	require.Contains(t, strings.Join(r.report.Notes, "\n"), "clients 512 (-hold-concurrency); the hold caps each of them at 512/0.1 s = 5120 req/s")
+
+	var out bytes.Buffer
+	require.NoError(t, r.report.writeTable(&out))
+	require.Regexp(t, `http-many-ips\s+512\s+5000\s+0\s+5000\.0 req/s.*≥ 0\.10\s+CAPPED`, out.String())
 }

@@ -71,6 +71,12 @@ type Row struct {
 	// Target is the least ratio wanted; Pass is set when there is a target and a ratio.
 	Target *float64 `json:"target,omitempty"`
 	Pass   *bool    `json:"pass,omitempty"`
+	// ClientCap is, on a row whose every answer is held (forgot-password), the most requests a
+	// second its clients can make: clients over the hold. CappedByClients is set when Rate is at
+	// least cappedFraction of it: the figure then measures the clients, not the service, and no
+	// comparison with it passes.
+	ClientCap       *float64 `json:"client_cap_per_second,omitempty"`
+	CappedByClients bool     `json:"capped_by_clients,omitempty"`
 	// Derived rows are computed from others (no requests of their own, no latency).
 	Derived  bool   `json:"derived,omitempty"`
 	Note     string `json:"note,omitempty"`
@@ -165,6 +171,17 @@ func (r *Report) compare(row *Row, baseline string, target float64) {
 		return
 	}
 	row.setRatio(row.Rate/base.Rate, target)
+	if row.CappedByClients || base.CappedByClients {
+		capped := row.Scenario
+		if !row.CappedByClients {
+			capped = baseline
+		}
+		row.addNote("no verdict: " + capped + " is capped by clients, so the ratio is not the service's")
+		if row.Pass != nil {
+			fail := false
+			row.Pass = &fail
+		}
+	}
 
 	if row.OthersPercent != nil && base.OthersPercent != nil {
 		a, b := *row.OthersPercent, *base.OthersPercent
@@ -207,6 +224,9 @@ func (r *Report) finish() {
 			continue
 		}
 		why := fmt.Sprintf("%s: ratio %.3f to %s, target ≥ %.2f", row.Scenario, *row.Ratio, row.Baseline, *row.Target)
+		if base := r.row(row.Baseline); row.CappedByClients || (base != nil && base.CappedByClients) {
+			why += " — capped by clients: rerun with a larger -hold-concurrency"
+		}
 		if row.Errors > 0 {
 			why += fmt.Sprintf(" (%d failed requests: %s)", row.Errors, row.FirstErr)
 		}
@@ -283,6 +303,9 @@ func (r *Report) writeTable(w io.Writer) error {
 			if !*row.Pass {
 				result = "FAIL"
 			}
+		}
+		if row.CappedByClients {
+			result = "CAPPED"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.1f %s/s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
 			row.Scenario, clients, requests, errs, row.Rate, row.Unit, p50, p99, ratio, baseline, target, result, cpu, sys, gc, faults, dbCPU, others)
