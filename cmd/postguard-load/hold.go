@@ -9,7 +9,7 @@ import (
 	"github.com/postguard/postguard/api"
 )
 
-// The held scenarios (http-many-ips, sqlite/http-many-ips) post
+// The held scenarios (http-many-ips, redis/http-many-ips, sqlite/http-many-ips) post
 // forgot-password, whose every answer the service holds for at least api.UniformAnswerMin. A
 // client that waits for its answers makes at most one request per hold, so N clients can never
 // measure more than N/hold requests a second: the tool sizes N from a measured bound on the rate,
@@ -29,8 +29,8 @@ const (
 	// fdsPerClient are the file descriptors one held client takes in this process: its
 	// connection's two ends, the client's and the server's, both in-process.
 	fdsPerClient = 2
-	// fdReserve are the file descriptors kept for everything else: database pools, listeners,
-	// /proc reads, the Go runtime.
+	// fdReserve are the file descriptors kept for everything else: database and Redis pools,
+	// listeners, /proc reads, the Go runtime.
 	fdReserve = 512
 )
 

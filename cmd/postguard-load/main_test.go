@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -15,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/postguard/postguard/db"
 	"github.com/postguard/postguard/db/dbtest"
 )
 
@@ -28,11 +31,13 @@ import (
 func TestRun(t *testing.T) {
 	t.Parallel()
 
+	withRedis := redisReachable(t)
+
 	t.Run("SQLite", func(t *testing.T) { //nolint:paralleltest // see above
 		dir := t.TempDir()
 		report := runTool(t, "sqlite://"+filepath.Join(dir, "never-opened.db"))
 		require.Equal(t, engineSQLite, report.Engine)
-		requireRows(t, report, false)
+		requireRows(t, report, false, withRedis)
 		require.Contains(t, strings.Join(report.Notes, "\n"), "sqlite: skipped")
 
 		_, err := os.Stat(filepath.Join(dir, "never-opened.db"))
@@ -46,7 +51,7 @@ func TestRun(t *testing.T) {
 		databaseURL := dbtest.DatabaseURL(t)
 		report := runTool(t, databaseURL)
 		require.True(t, strings.HasPrefix(report.Engine, enginePostgres), report.Engine)
-		requireRows(t, report, true)
+		requireRows(t, report, true, withRedis)
 
 		// Its schemas are dropped.
 		conn, err := pgx.Connect(t.Context(), databaseURL)
@@ -85,10 +90,15 @@ func runTool(t *testing.T, databaseURL string) *Report {
 
 // requireRows checks that every scenario produced its rows, with requests, no failures, and
 // the ratios and verdicts of the targets.
-func requireRows(t *testing.T, report *Report, withSQLite bool) {
+func requireRows(t *testing.T, report *Report, withSQLite, withRedis bool) {
 	t.Helper()
 
 	want := []string{rowCeilingFresh, "ceiling/existing-keys", "ceiling/hot-key", rowCeilingPair, scenarioManyIPs}
+	if withRedis {
+		want = append(want, rowRedis, rowManyIPsRedis)
+	} else {
+		require.Contains(t, strings.Join(report.Notes, "\n"), rowRedis+": skipped: no Redis at ")
+	}
 	want = append(want, scenarioHotIP, rowHash, scenarioRegister, rowDrainNoop, rowDrainResend, rowDrainBudget)
 	if withSQLite {
 		want = append(want, rowSQLite)
@@ -99,8 +109,8 @@ func requireRows(t *testing.T, report *Report, withSQLite bool) {
 	}
 	require.Equal(t, want, got)
 
-	targeted := []string{scenarioManyIPs, scenarioHotIP, scenarioRegister, rowDrainResend, rowDrainBudget, rowSQLite}
-	held := []string{scenarioManyIPs, rowSQLite}
+	targeted := []string{scenarioManyIPs, rowManyIPsRedis, scenarioHotIP, scenarioRegister, rowDrainResend, rowDrainBudget, rowSQLite}
+	held := []string{scenarioManyIPs, rowRedis, rowSQLite}
 	for _, row := range report.Rows {
 		require.Positive(t, row.Requests, row.Scenario)
 		require.Positive(t, row.Rate, row.Scenario)
@@ -266,6 +276,7 @@ func TestParseOptions(t *testing.T) {
 	require.Equal(t, 200, opts.Registrations)
 	require.Equal(t, 500, opts.Mails)
 	require.Zero(t, opts.HoldConcurrency, "sized by the tool")
+	require.Equal(t, redisURLFallback, opts.RedisURL)
 
 	opts, err = parseOptions([]string{"-scenarios", "register, ceiling,register"}, func(key string) string {
 		if key == "TEST_DATABASE_URL" {
@@ -285,6 +296,8 @@ func TestParseOptions(t *testing.T) {
 		{"-fetch-cooldown", "0s"},
 		{"-hold-concurrency", "-1"},
 		{"-hold-concurrency", "10001"},
+		{"-redis-url", "http://127.0.0.1:6379"},
+		{"-scenarios", "redis-baseline"},
 		{"stray"},
 	} {
 		var stderr bytes.Buffer
@@ -298,27 +311,39 @@ func TestCPUSnapshot_Since(t *testing.T) {
 	t.Parallel()
 
 	start := cpuSnapshot{
-		self:     time.Second,
-		proc:     procCounters{user: 800 * time.Millisecond, sys: 200 * time.Millisecond, minFaults: 100, voluntary: 10, preempted: 5, gc: 50 * time.Millisecond, gcCycles: 7},
+		self: time.Second,
+		proc: procCounters{
+			user: 800 * time.Millisecond, sys: 200 * time.Millisecond, minFaults: 100, voluntary: 10, preempted: 5,
+			gc: 50 * time.Millisecond, gcCycles: 7,
+		},
 		db:       map[int]time.Duration{1: 10 * time.Millisecond, 2: 500 * time.Millisecond},
+		redis:    map[int]time.Duration{9: 100 * time.Millisecond},
 		busy:     10 * time.Second,
 		capacity: 20 * time.Second,
 	}
 	end := cpuSnapshot{
 		self: 1500 * time.Millisecond,
-		proc: procCounters{user: 1200 * time.Millisecond, sys: 300 * time.Millisecond, minFaults: 350, voluntary: 40, preempted: 6, gc: 80 * time.Millisecond, gcCycles: 9},
+		proc: procCounters{
+			user: 1200 * time.Millisecond, sys: 300 * time.Millisecond, minFaults: 350, voluntary: 40, preempted: 6,
+			gc: 80 * time.Millisecond, gcCycles: 9,
+		},
 		// Backend 2 exited (its time is lost, not subtracted); backend 3 started.
 		db:       map[int]time.Duration{1: 30 * time.Millisecond, 3: 5 * time.Millisecond},
+		redis:    map[int]time.Duration{9: 175 * time.Millisecond},
 		busy:     11600 * time.Millisecond,
 		capacity: 22 * time.Second,
 	}
 	d := end.since(start)
 	require.Equal(t, 500*time.Millisecond, d.self)
-	require.Equal(t, procCounters{user: 400 * time.Millisecond, sys: 100 * time.Millisecond, minFaults: 250, voluntary: 30, preempted: 1, gc: 30 * time.Millisecond, gcCycles: 2}, d.proc)
+	require.Equal(t, procCounters{
+		user: 400 * time.Millisecond, sys: 100 * time.Millisecond, minFaults: 250, voluntary: 30, preempted: 1,
+		gc: 30 * time.Millisecond, gcCycles: 2,
+	}, d.proc)
 	require.Equal(t, 25*time.Millisecond, d.db)
+	require.Equal(t, 75*time.Millisecond, d.redis)
 	require.True(t, d.dbSeen)
-	// Others: 1.6s busy − 0.5s self − 0.025s db over 2s of capacity.
-	require.InDelta(t, 0.5375, d.others, 1e-9)
+	// Others: 1.6s busy − 0.5s self − 0.025s db − 0.075s Redis over 2s of capacity.
+	require.InDelta(t, 0.5, d.others, 1e-9)
 
 	require.False(t, cpuSnapshot{}.since(cpuSnapshot{}).dbSeen, "no PostgreSQL on this machine")
 	require.Equal(t, -1.0, cpuSnapshot{}.since(cpuSnapshot{}).others, "no capacity read")
@@ -442,4 +467,124 @@ func TestReport_CappedByClients(t *testing.T) {
 	var out bytes.Buffer
 	require.NoError(t, r.report.writeTable(&out))
 	require.Regexp(t, `http-many-ips\s+512\s+5000\s+0\s+5000\.0 req/s.*≥ 0\.10\s+CAPPED`, out.String())
+}
+
+// TestRun_RedisAbsent: without a Redis, the redis row is skipped and the report says why; the run
+// goes on.
+func TestRun_RedisAbsent(t *testing.T) {
+	t.Parallel()
+
+	var stdout, stderr bytes.Buffer
+	err := run(t.Context(), []string{
+		"-database-url", "sqlite://" + filepath.Join(t.TempDir(), "never-opened.db"),
+		"-scenarios", scenarioRedis,
+		"-redis-url", "redis://127.0.0.1:1/0", // nothing listens on port 1
+		"-duration", "100ms",
+		"-json",
+	}, func(string) string { return "" }, &stdout, &stderr)
+	require.NoError(t, err, "stderr:\n%s", stderr.String())
+
+	var report Report
+	require.NoError(t, json.Unmarshal(stdout.Bytes(), &report), "stdout:\n%s", stdout.String())
+	require.Empty(t, report.Rows)
+	require.Contains(t, strings.Join(report.Notes, "\n"), rowRedis+": skipped: no Redis at 127.0.0.1:1: ")
+	require.Empty(t, report.Misses)
+}
+
+// TestRedisConsumer spends windows in a real Redis through redis_rate as the limiter's chain
+// does. It skips without a Redis at redisURLFallback.
+func TestRedisConsumer(t *testing.T) {
+	t.Parallel()
+
+	rdb, _, err := connectRedis(t.Context(), redisURLFallback)
+	if err != nil {
+		t.Skipf("no Redis at %s: %v", redisURLFallback, err)
+	}
+	t.Cleanup(func() { _ = rdb.Close() })
+
+	store := dbtest.NewSQLite(t)
+	user, err := store.UserInsert(t.Context(), &db.UserInsertParams{
+		Email: "known@example.com", Name: "Known", PasswordHash: drainUserHash, Now: time.Now(),
+	})
+	require.NoError(t, err)
+	consumer := newRedisConsumer(rdb, store)
+
+	start := time.Now().UTC().Truncate(time.Hour)
+	window := func(key string, limit int64) db.RateLimitCounterConsumeParams {
+		return db.RateLimitCounterConsumeParams{
+			KeyHash:     []byte(key + "-" + randomTag(t)),
+			WindowStart: start,
+			WindowEnd:   start.Add(time.Hour),
+			LimitCount:  limit,
+		}
+	}
+	ip, email := window("ip", 2), window("email", 1)
+	t.Cleanup(func() {
+		for _, w := range []db.RateLimitCounterConsumeParams{ip, email} {
+			_ = consumer.RateLimitCounterDelete(context.Background(), &db.RateLimitCounterDeleteParams{KeyHash: w.KeyHash, WindowStart: w.WindowStart})
+		}
+	})
+	chain := func(userEmail string) *db.RateLimitCounterChainResult {
+		res, err := consumer.RateLimitCounterConsumeChain(t.Context(), &db.RateLimitCounterChainParams{
+			Windows:   []db.RateLimitCounterConsumeParams{ip, email},
+			UserEmail: userEmail,
+		})
+		require.NoError(t, err)
+		return res
+	}
+
+	// Both admit; the user is read.
+	res := chain("known@example.com")
+	require.Equal(t, []int64{1, 1}, res.Counts)
+	require.NotNil(t, res.User)
+	require.Equal(t, user.ID, res.User.ID)
+
+	// The email's window is at its limit: the IP's is spent, the email's refuses, no user.
+	res = chain("known@example.com")
+	require.Equal(t, []int64{2}, res.Counts)
+	require.Nil(t, res.User)
+
+	// The IP's window is at its limit too: it refuses, and the email's is not spent.
+	res = chain("")
+	require.Empty(t, res.Counts)
+
+	// Reset starts a window afresh; an unknown email is no user and no error.
+	require.NoError(t, consumer.RateLimitCounterDelete(t.Context(), &db.RateLimitCounterDeleteParams{KeyHash: ip.KeyHash, WindowStart: start}))
+	require.NoError(t, consumer.RateLimitCounterDelete(t.Context(), &db.RateLimitCounterDeleteParams{KeyHash: email.KeyHash, WindowStart: start}))
+	res = chain("nobody@example.com")
+	require.Equal(t, []int64{1, 1}, res.Counts)
+	require.Nil(t, res.User)
+
+	// An unlimited rule still writes its key (see redisMaxLimit), so that the baseline costs what
+	// a limiter costs.
+	huge := window("huge", unlimited)
+	res, err = consumer.RateLimitCounterConsumeChain(t.Context(), &db.RateLimitCounterChainParams{Windows: []db.RateLimitCounterConsumeParams{huge}})
+	require.NoError(t, err)
+	require.Equal(t, []int64{1}, res.Counts)
+	require.Equal(t, int64(1), rdb.Exists(t.Context(), "rate:"+redisKey(huge.KeyHash, huge.WindowStart)).Val())
+	require.NoError(t, consumer.RateLimitCounterDelete(t.Context(), &db.RateLimitCounterDeleteParams{KeyHash: huge.KeyHash, WindowStart: start}))
+
+	_, err = consumer.RateLimitCounterGet(t.Context(), &db.RateLimitCounterGetParams{KeyHash: ip.KeyHash, WindowStart: start})
+	require.ErrorIs(t, err, errRedisGetUnsupported)
+}
+
+// redisReachable says whether TestRun can expect the redis row.
+func redisReachable(t *testing.T) bool {
+	t.Helper()
+
+	rdb, _, err := connectRedis(t.Context(), redisURLFallback)
+	if err != nil {
+		return false
+	}
+	_ = rdb.Close()
+	return true
+}
+
+func randomTag(t *testing.T) string {
+	t.Helper()
+
+	b := make([]byte, 8)
+	_, err := rand.Read(b)
+	require.NoError(t, err)
+	return hex.EncodeToString(b)
 }

@@ -62,8 +62,11 @@ type Row struct {
 	// DBCPUPerRequestUS is the local PostgreSQL server's CPU time (all its processes) over the
 	// requests; absent on SQLite rows or when the server is not on this machine.
 	DBCPUPerRequestUS *float64 `json:"db_cpu_per_request_us,omitempty"`
+	// RedisCPUPerRequestUS is the local Redis server's CPU time over the requests, on the row
+	// whose limiter counts in Redis.
+	RedisCPUPerRequestUS *float64 `json:"redis_cpu_per_request_us,omitempty"`
 	// OthersPercent is the share of the machine's CPU capacity that other processes (neither
-	// this one nor PostgreSQL) used during the measurement: a noisy neighbour shows here.
+	// this one, PostgreSQL nor Redis) used during the measurement: a noisy neighbour shows here.
 	OthersPercent *float64 `json:"others_cpu_percent,omitempty"`
 	// Ratio is Rate over the Baseline row's rate (or Baseline's figure), when measured.
 	Ratio    *float64 `json:"ratio,omitempty"`

@@ -54,10 +54,10 @@ type pendingStep struct {
 }
 
 // interleavedScenarios run in a nest, so that a drift of the machine's load weighs on each row and
-// its baseline alike: ceiling/fresh-keys (1/2), http-many-ips, ceiling/fresh-keys (2/2). Each
-// pushes its second half with later; the rows are added once all have measured, in the order of
-// allScenarios.
-var interleavedScenarios = []string{scenarioCeiling, scenarioManyIPs}
+// its baseline alike: ceiling/fresh-keys (1/2), http-many-ips (1/2), redis/http-many-ips,
+// http-many-ips (2/2), ceiling/fresh-keys (2/2). Each pushes its second half with later; the
+// rows are added once all have measured, in the order of allScenarios.
+var interleavedScenarios = []string{scenarioCeiling, scenarioManyIPs, scenarioRedis}
 
 // later queues an interleaved scenario's second half and rows (see pendingStep).
 func (r *runner) later(measure, report, cleanup func()) {
@@ -193,6 +193,7 @@ func (r *runner) run(ctx context.Context) (*Report, error) {
 	}{
 		{scenarioCeiling, func(ctx context.Context) error { return r.ceiling(ctx, store) }},
 		{scenarioManyIPs, func(ctx context.Context) error { return r.manyIPs(ctx, mainDB) }},
+		{scenarioRedis, func(ctx context.Context) error { return r.redisManyIPs(ctx, mainDB) }},
 		{scenarioHotIP, func(ctx context.Context) error { return r.hotIP(ctx, mainDB) }},
 		{scenarioRegister, func(ctx context.Context) error { return r.register(ctx, mainDB) }},
 		{scenarioEmailDrain, r.emailDrain},
@@ -219,8 +220,9 @@ func (r *runner) run(ctx context.Context) (*Report, error) {
 
 	r.report.Notes = append(r.report.Notes,
 		"CPU/req is this process's user+sys CPU (service and load clients together) over requests; DB CPU/req is the local PostgreSQL "+
-			"server's (all its processes; SQLite runs in-process, so its cost is in CPU/req); others is the share of the machine's CPU "+
-			"capacity that other processes used meanwhile (a noisy neighbour slows every figure it overlaps)",
+			"server's (all its processes; SQLite runs in-process, so its cost is in CPU/req; the local Redis server's is in the JSON "+
+			"report's redis_cpu_per_request_us); others is the share of the machine's CPU capacity that other processes used "+
+			"meanwhile (a noisy neighbour slows every figure it overlaps)",
 		"the service runs as `postguard api` would: production pools and timeouts, access log formatted at info level and discarded")
 	r.report.ServiceWarnings = r.warnings.all()
 	r.report.finish()

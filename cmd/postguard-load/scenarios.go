@@ -34,11 +34,12 @@ const (
 	loadPassword = "load-test-password-0123456789"
 
 	// Targets of the issue "Performance and fault evidence".
-	targetManyIPs  = 0.40 // http-many-ips over ceiling/pair
-	targetHotIP    = 1.5  // http-hot-ip over http-many-ips
-	targetRegister = 0.90 // register over argon2id-hash
-	targetSQLite   = 0.25 // sqlite/http-many-ips over http-many-ips
-	maxPeakRSS     = 256 << 20
+	targetManyIPs      = 0.40 // http-many-ips over ceiling/pair
+	targetManyIPsRedis = 0.60 // http-many-ips over redis/http-many-ips (the same requests, limited by redis_rate)
+	targetHotIP        = 1.5  // http-hot-ip over http-many-ips
+	targetRegister     = 0.90 // register over argon2id-hash
+	targetSQLite       = 0.25 // sqlite/http-many-ips over http-many-ips
+	maxPeakRSS         = 256 << 20
 )
 
 // Row names that other rows compare with.
@@ -47,15 +48,19 @@ const (
 	rowCeilingPair  = "ceiling/pair"
 	rowHash         = "argon2id-hash"
 	rowSQLite       = "sqlite/http-many-ips"
+	rowRedis        = "redis/http-many-ips"
+	// rowManyIPsRedis is http-many-ips again, derived, compared with rowRedis: a row has one
+	// baseline.
+	rowManyIPsRedis = "http-many-ips/vs-redis"
 )
 
 // ceiling measures the rate-limit statement alone, straight on the store (the service's very
 // call, RateLimitCounterConsume, on its pool: on PostgreSQL the synchronous_commit=off one), on a
 // set of existing keys, on one hot key, and on fresh keys. The fresh-key measurement is split in
-// two halves around http-many-ips (when it runs), which compares with it: a drift in the
-// machine's load then weighs on both alike. The first half's pair rate is the bound the held
-// scenarios' clients are sized by (holdSizing). Its rows are added with http-many-ips's (see
-// later).
+// two halves around http-many-ips and redis/http-many-ips (when they run), which compare with it:
+// a drift in the machine's load then weighs on all of them alike. The first half's pair rate is
+// the bound the held scenarios' clients are sized by (holdSizing). Its rows are added with the
+// interleaved scenarios' (see later).
 func (r *runner) ceiling(ctx context.Context, store db.Store) error {
 	const window = 15 * time.Minute
 	start := time.Now().UTC().Truncate(window)
@@ -179,21 +184,39 @@ const manyIPsNote = "forgot-password, new client IP (X-Forwarded-For from 127.0.
 
 // manyIPs measures http-many-ips: POST /v1/auth/forgot-password, each request from a new client
 // IP with a new, unknown email, every one admitted (202): two limiter checks on fresh keys plus
-// one user lookup (an unknown email opens no transaction and inserts no job). Its row is added
-// after the ceiling's (see later).
+// one user lookup (an unknown email opens no transaction and inserts no job). When
+// redis/http-many-ips runs too, the measurement is split in two halves around it, as the
+// ceiling's is around both. Its row is added with the ceiling's (see later).
 func (r *runner) manyIPs(ctx context.Context, d *database) error {
-	h, err := r.startHeld(ctx, d, scenarioManyIPs)
+	h, err := r.startHeld(ctx, d, scenarioManyIPs, nil)
 	if err != nil {
 		return err
 	}
-	s := h.measure(ctx, "", r.opts.Duration)
-	h.close()
-	r.later(nil, func() {
+	report := func(s *sample, split bool) {
 		row := r.heldRow(scenarioManyIPs, s, d.engine, manyIPsNote+
 			": 2 limiter checks on fresh keys and 1 user lookup (no transaction, no job)")
+		if split {
+			row.addNote("half measured before " + rowRedis + ", half after")
+		}
 		r.report.Rows = append(r.report.Rows, row)
 		r.report.compare(row, rowCeilingPair, targetManyIPs)
-	}, nil)
+	}
+
+	if !r.opts.selected(scenarioRedis) {
+		s := h.measure(ctx, "", r.opts.Duration)
+		h.close()
+		r.later(nil, func() { report(s, false) }, nil)
+		return nil
+	}
+	firstHalf := max(r.opts.Duration/2, time.Millisecond)
+	s := h.measure(ctx, " (1/2)", firstHalf)
+	// Its connections are made again in the second half's warm-up: meanwhile the file
+	// descriptors are redis/http-many-ips's.
+	h.client.CloseIdleConnections()
+	r.later(func() {
+		s.add(h.measure(ctx, " (2/2)", max(r.opts.Duration-firstHalf, time.Millisecond)))
+		h.close()
+	}, func() { report(s, true) }, h.close)
 	return nil
 }
 
@@ -206,10 +229,11 @@ type heldService struct {
 	clients int
 }
 
-// startHeld starts the service of a held row.
-func (r *runner) startHeld(ctx context.Context, d *database, name string) (*heldService, error) {
+// startHeld starts the service of a held row, with the limiter opts gives (the service's own
+// when nil).
+func (r *runner) startHeld(ctx context.Context, d *database, name string, opts *serviceOpts) (*heldService, error) {
 	sizing := r.holdSizing()
-	svc, err := r.startService(ctx, name, d, forgotPasswordRules(), sizing.clients)
+	svc, err := r.startService(ctx, name, d, forgotPasswordRules(), sizing.clients, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -254,6 +278,31 @@ func (r *runner) holdSizing() *holdSizing {
 	return r.sizing
 }
 
+// compareWithRedis adds http-many-ips/vs-redis, http-many-ips's figure compared with the
+// redis_rate-backed row, once both are in the report.
+func (r *runner) compareWithRedis(redisRow *Row) {
+	manyIPs := r.report.row(scenarioManyIPs)
+	if manyIPs == nil {
+		redisRow.addNote("no comparison: " + scenarioManyIPs + " was not measured in this run")
+		return
+	}
+	row := &Row{
+		Scenario:        rowManyIPsRedis,
+		Unit:            "req",
+		Requests:        manyIPs.Requests,
+		Errors:          manyIPs.Errors,
+		Seconds:         manyIPs.Seconds,
+		Rate:            manyIPs.Rate,
+		Derived:         true,
+		OthersPercent:   manyIPs.OthersPercent,
+		ClientCap:       manyIPs.ClientCap,
+		CappedByClients: manyIPs.CappedByClients,
+		Note:            scenarioManyIPs + "'s figure again, compared with the same requests limited by redis_rate (a row has one baseline)",
+	}
+	r.report.Rows = append(r.report.Rows, row)
+	r.report.compare(row, rowRedis, targetManyIPsRedis)
+}
+
 // hotIP measures one client IP over its forgot-password limit: every answer is a 429, which the
 // limiter's deny cache gives without the database.
 func (r *runner) hotIP(ctx context.Context, d *database) error {
@@ -262,7 +311,7 @@ func (r *runner) hotIP(ctx context.Context, d *database) error {
 		With(abuse.Rule{Action: abuse.ActionForgotPassword, Scope: abuse.ScopeIP, Limit: 1, Window: 24 * time.Hour}).
 		With(abuse.Rule{Action: abuse.ActionForgotPassword, Scope: abuse.ScopeEmail, Limit: unlimited, Window: time.Hour})
 	clients := r.opts.Concurrency
-	svc, err := r.startService(ctx, scenarioHotIP, d, rules, clients)
+	svc, err := r.startService(ctx, scenarioHotIP, d, rules, clients, nil)
 	if err != nil {
 		return err
 	}
@@ -312,7 +361,7 @@ func (r *runner) register(ctx context.Context, d *database) error {
 		With(abuse.Rule{Action: abuse.ActionRegister, Scope: abuse.ScopeIP, Limit: unlimited, Window: 15 * time.Minute}).
 		With(abuse.Rule{Action: abuse.ActionRegister, Scope: abuse.ScopeEmail, Limit: unlimited, Window: time.Hour})
 	clients := r.opts.Registrations
-	svc, err := r.startService(ctx, scenarioRegister, d, rules, clients)
+	svc, err := r.startService(ctx, scenarioRegister, d, rules, clients, nil)
 	if err != nil {
 		return err
 	}
@@ -369,7 +418,7 @@ func (r *runner) sqliteManyIPs(ctx context.Context) error {
 		return err
 	}
 	defer cleanup()
-	h, err := r.startHeld(ctx, d, rowSQLite)
+	h, err := r.startHeld(ctx, d, rowSQLite, nil)
 	if err != nil {
 		return err
 	}
