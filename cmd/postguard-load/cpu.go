@@ -77,14 +77,17 @@ func (s cpuSnapshot) since(start cpuSnapshot) cpuDelta {
 // switches (voluntary: blocked; involuntary: preempted by the kernel). They tell where CPU
 // beyond the work itself goes: faulting memory back in, or threads fighting for the CPUs.
 //
-// gc and gcCycles come from runtime/metrics: the runtime's estimate of the CPU time its garbage
-// collector took (mark assists, background and idle marking, pauses) and the cycles completed.
+// gc, gcCycles and runtimeTotal come from runtime/metrics: the runtime's estimate of the CPU
+// time its garbage collector took (mark assists, background and idle marking, pauses), the
+// cycles completed, and the CPU time available to Go code and the runtime (GOMAXPROCS integrated
+// over wall time, idle included), which gc is a share of.
 type procCounters struct {
 	user, sys            time.Duration
 	minFaults            int64
 	voluntary, preempted int64
 	gc                   time.Duration
 	gcCycles             int64
+	runtimeTotal         time.Duration
 }
 
 func (c procCounters) sub(o procCounters) procCounters {
@@ -96,6 +99,8 @@ func (c procCounters) sub(o procCounters) procCounters {
 		preempted: c.preempted - o.preempted,
 		gc:        c.gc - o.gc,
 		gcCycles:  c.gcCycles - o.gcCycles,
+
+		runtimeTotal: c.runtimeTotal - o.runtimeTotal,
 	}
 }
 
@@ -107,6 +112,7 @@ func (c *procCounters) add(o procCounters) {
 	c.preempted += o.preempted
 	c.gc += o.gc
 	c.gcCycles += o.gcCycles
+	c.runtimeTotal += o.runtimeTotal
 }
 
 // processCounters reads this process's counters; zero when getrusage fails.
@@ -117,7 +123,7 @@ func processCounters() procCounters {
 		c.user, c.sys = time.Duration(ru.Utime.Nano()), time.Duration(ru.Stime.Nano())
 		c.minFaults, c.voluntary, c.preempted = ru.Minflt, ru.Nvcsw, ru.Nivcsw
 	}
-	samples := []metrics.Sample{{Name: metricGCCPU}, {Name: metricGCCycles}}
+	samples := []metrics.Sample{{Name: metricGCCPU}, {Name: metricGCCycles}, {Name: metricRuntimeCPU}}
 	metrics.Read(samples)
 	if samples[0].Value.Kind() == metrics.KindFloat64 {
 		c.gc = time.Duration(samples[0].Value.Float64() * float64(time.Second))
@@ -125,13 +131,17 @@ func processCounters() procCounters {
 	if samples[1].Value.Kind() == metrics.KindUint64 {
 		c.gcCycles = int64(samples[1].Value.Uint64()) //nolint:gosec // G115: a count of GC cycles
 	}
+	if samples[2].Value.Kind() == metrics.KindFloat64 {
+		c.runtimeTotal = time.Duration(samples[2].Value.Float64() * float64(time.Second))
+	}
 	return c
 }
 
 // The runtime/metrics of procCounters.
 const (
-	metricGCCPU    = "/cpu/classes/gc/total:cpu-seconds"
-	metricGCCycles = "/gc/cycles/total:gc-cycles"
+	metricGCCPU      = "/cpu/classes/gc/total:cpu-seconds"
+	metricGCCycles   = "/gc/cycles/total:gc-cycles"
+	metricRuntimeCPU = "/cpu/classes/total:cpu-seconds"
 )
 
 // The command names of the local database servers whose CPU time the report shows.

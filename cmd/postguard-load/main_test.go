@@ -135,6 +135,7 @@ func requireRows(t *testing.T, report *Report, withSQLite, withRedis bool) {
 		}
 	}
 	require.Contains(t, strings.Join(report.Notes, "\n"), "clients 16 (-hold-concurrency); the hold caps each of them at 16/0.1 s = 160 req/s")
+	require.Contains(t, report.row(scenarioRegister).Note, "ms of CPU per registration")
 	require.Len(t, report.Checks, 2)
 	require.Contains(t, report.Checks[0].Name, "peak RSS")
 	require.Contains(t, report.Checks[1].Name, "loses no mail")
@@ -314,7 +315,7 @@ func TestCPUSnapshot_Since(t *testing.T) {
 		self: time.Second,
 		proc: procCounters{
 			user: 800 * time.Millisecond, sys: 200 * time.Millisecond, minFaults: 100, voluntary: 10, preempted: 5,
-			gc: 50 * time.Millisecond, gcCycles: 7,
+			gc: 50 * time.Millisecond, gcCycles: 7, runtimeTotal: 4 * time.Second,
 		},
 		db:       map[int]time.Duration{1: 10 * time.Millisecond, 2: 500 * time.Millisecond},
 		redis:    map[int]time.Duration{9: 100 * time.Millisecond},
@@ -325,7 +326,7 @@ func TestCPUSnapshot_Since(t *testing.T) {
 		self: 1500 * time.Millisecond,
 		proc: procCounters{
 			user: 1200 * time.Millisecond, sys: 300 * time.Millisecond, minFaults: 350, voluntary: 40, preempted: 6,
-			gc: 80 * time.Millisecond, gcCycles: 9,
+			gc: 80 * time.Millisecond, gcCycles: 9, runtimeTotal: 6 * time.Second,
 		},
 		// Backend 2 exited (its time is lost, not subtracted); backend 3 started.
 		db:       map[int]time.Duration{1: 30 * time.Millisecond, 3: 5 * time.Millisecond},
@@ -337,13 +338,19 @@ func TestCPUSnapshot_Since(t *testing.T) {
 	require.Equal(t, 500*time.Millisecond, d.self)
 	require.Equal(t, procCounters{
 		user: 400 * time.Millisecond, sys: 100 * time.Millisecond, minFaults: 250, voluntary: 30, preempted: 1,
-		gc: 30 * time.Millisecond, gcCycles: 2,
+		gc: 30 * time.Millisecond, gcCycles: 2, runtimeTotal: 2 * time.Second,
 	}, d.proc)
 	require.Equal(t, 25*time.Millisecond, d.db)
 	require.Equal(t, 75*time.Millisecond, d.redis)
 	require.True(t, d.dbSeen)
 	// Others: 1.6s busy − 0.5s self − 0.025s db − 0.075s Redis over 2s of capacity.
 	require.InDelta(t, 0.5, d.others, 1e-9)
+
+	// The GC's shares: 30ms of the runtime's 2s, and of the process's 500ms.
+	row := rowFromSample("x", "req", 1, &sample{requests: 10, elapsed: time.Second, cpu: d})
+	require.InDelta(t, 1.5, row.GCCPUPercent, 1e-9)
+	require.InDelta(t, 6.0, row.GCCPUBusyPercent, 1e-9)
+	require.InDelta(t, 3000.0, row.GCCPUPerRequestUS, 1e-9)
 
 	require.False(t, cpuSnapshot{}.since(cpuSnapshot{}).dbSeen, "no PostgreSQL on this machine")
 	require.Equal(t, -1.0, cpuSnapshot{}.since(cpuSnapshot{}).others, "no capacity read")

@@ -52,6 +52,11 @@ type Row struct {
 	// requests (part of CPUPerRequestUS), and GCCyclesPerRequest the collections per request.
 	GCCPUPerRequestUS  float64 `json:"gc_cpu_per_request_us"`
 	GCCyclesPerRequest float64 `json:"gc_cycles_per_request"`
+	// GCCPUPercent is the garbage collector's CPU time as a share of the CPU time the runtime had
+	// (runtime/metrics /cpu/classes/total: GOMAXPROCS × the measurement, idle included), and
+	// GCCPUBusyPercent its share of the CPU this process used (user+sys).
+	GCCPUPercent     float64 `json:"gc_cpu_percent"`
+	GCCPUBusyPercent float64 `json:"gc_cpu_busy_percent"`
 	// FaultsPerRequest is this process's minor page faults over the requests: memory the Go
 	// runtime touches afresh, after getting it from the kernel or returning it (scavenging).
 	FaultsPerRequest float64 `json:"minor_faults_per_request"`
@@ -113,6 +118,12 @@ func rowFromSample(scenario, unit string, clients int, s *sample) *Row {
 		row.FaultsPerRequest = round(float64(s.cpu.proc.minFaults)/n, 1)
 		row.GCCPUPerRequestUS = round(float64(s.cpu.proc.gc.Microseconds())/n, 1)
 		row.GCCyclesPerRequest = round(float64(s.cpu.proc.gcCycles)/n, 3)
+		if s.cpu.proc.runtimeTotal > 0 {
+			row.GCCPUPercent = round(100*float64(s.cpu.proc.gc)/float64(s.cpu.proc.runtimeTotal), 1)
+		}
+		if s.cpu.self > 0 {
+			row.GCCPUBusyPercent = round(100*float64(s.cpu.proc.gc)/float64(s.cpu.self), 1)
+		}
 		row.SwitchesPerRequest = round(float64(s.cpu.proc.voluntary)/n, 1)
 		row.PreemptionsPerRequest = round(float64(s.cpu.proc.preempted)/n, 1)
 		if s.cpu.dbSeen {

@@ -390,6 +390,12 @@ func (r *runner) register(ctx context.Context, d *database) error {
 
 	row := engineRow(scenarioRegister, "req", clients, s, d.engine)
 	row.Note = "new IP and email per request: 2 limiter checks, argon2id (HashConcurrency = GOMAXPROCS, the baseline's goroutines), user + welcome and verification jobs in one transaction"
+	if s.requests > 0 {
+		row.addNote(fmt.Sprintf("GC: %.2f ms of CPU per registration (runtime/metrics %s over the measurement ÷ its %d registrations; "+
+			"service and clients together), %.1f%% of the runtime's CPU time (%s: GOMAXPROCS × wall time) and %.1f%% of the CPU the "+
+			"process used", float64(s.cpu.proc.gc)/float64(time.Millisecond)/float64(s.requests), metricGCCPU, s.requests,
+			row.GCCPUPercent, metricRuntimeCPU, row.GCCPUBusyPercent))
+	}
 	r.report.Rows = append(r.report.Rows, row)
 	r.report.compare(row, rowHash, targetRegister)
 
