@@ -136,10 +136,11 @@ func requireRows(t *testing.T, report *Report, withSQLite, withRedis bool) {
 	}
 	require.Contains(t, strings.Join(report.Notes, "\n"), "clients 16 (-hold-concurrency); the hold caps each of them at 16/0.1 s = 160 req/s")
 	require.Contains(t, report.row(scenarioRegister).Note, "ms of CPU per registration")
-	require.Len(t, report.Checks, 2)
+	require.Len(t, report.Checks, 3)
 	require.Contains(t, report.Checks[0].Name, "peak RSS")
-	require.Contains(t, report.Checks[1].Name, "loses no mail")
-	require.True(t, report.Checks[1].Pass, report.Checks[1].Value)
+	require.Contains(t, report.Checks[1].Name, "no 429")
+	require.Contains(t, report.Checks[2].Name, "loses no mail")
+	require.True(t, report.Checks[2].Pass, report.Checks[2].Value)
 
 	// Every miss is spelled out.
 	misses := 0

@@ -33,12 +33,16 @@ const (
 	// loadPassword is every registration's password (each is hashed under its own salt).
 	loadPassword = "load-test-password-0123456789"
 
-	// Targets of the issue "Performance and fault evidence".
-	targetManyIPs      = 0.40 // http-many-ips over ceiling/pair
+	// Targets of issue 16 ("One round trip per rate-limited request, and performance evidence on
+	// any machine"): each a least ratio of a row's rate to its baseline's, measured in the same
+	// run.
+	targetManyIPs      = 0.50 // http-many-ips over ceiling/pair (the two-check ceiling)
 	targetManyIPsRedis = 0.60 // http-many-ips over redis/http-many-ips (the same requests, limited by redis_rate)
-	targetHotIP        = 1.5  // http-hot-ip over http-many-ips
-	targetRegister     = 0.90 // register over argon2id-hash
-	targetSQLite       = 0.25 // sqlite/http-many-ips over http-many-ips
+	targetHotIP        = 3    // http-hot-ip over http-many-ips
+	targetRegister     = 0.80 // register over argon2id-hash, with a peak RSS of at most maxPeakRSS
+	targetDrainResend  = 0.60 // email-drain/resend over email-drain/noop
+	targetDrainBudget  = 0.95 // email-drain/budget's delivered/s over the budget, with no 429
+	targetSQLite       = 0.50 // sqlite/http-many-ips over http-many-ips
 	maxPeakRSS         = 256 << 20
 )
 
@@ -154,7 +158,9 @@ func (r *runner) ceiling(ctx context.Context, store db.Store) error {
 			Derived:  true,
 			// Its measurement's load, so that http-many-ips is checked for noise against it.
 			OthersPercent: freshRow.OthersPercent,
-			Note:          "fresh-keys ÷ 2: a request from a new client costs two checks on fresh keys (IP and email), so this is the ceiling of http-many-ips",
+			Note: "fresh-keys ÷ 2: a request from a new client costs two checks on fresh keys (IP and email), here two statements " +
+				"and two round trips; postguard's limiter spends both in one statement (RateLimitCounterConsumeChain), so " +
+				"http-many-ips's ratio to this row can exceed what two round trips would allow",
 		}
 		r.report.Rows = append(r.report.Rows, freshRow, existingRow, hotRow, pairRow)
 		r.report.compare(existingRow, rowCeilingFresh, 0)
