@@ -161,9 +161,14 @@ type server struct {
 	uniformMin time.Duration
 }
 
-// uniformAnswerMin is server.uniformMin's value: well above the few milliseconds that the work
-// of a known email adds, well below what a person notices.
-const uniformAnswerMin = 100 * time.Millisecond
+// UniformAnswerMin is the least time forgot-password and resend-verification take once the
+// limiter let them through (server.uniformMin): well above the few milliseconds that the work of
+// a known email adds, well below what a person notices. A client that waits for each answer
+// makes at most one such request per UniformAnswerMin.
+const UniformAnswerMin = 100 * time.Millisecond
+
+// uniformAnswerMin is UniformAnswerMin under the name the package's tests use.
+const uniformAnswerMin = UniformAnswerMin
 
 // New returns the public router of the `api` and `serve` roles: every route of docs/api.md,
 // /openapi.yaml, and River UI when configured. /metrics is not one of them (404): its
@@ -320,7 +325,7 @@ func newServer(config *Config) (*server, *gin.Engine, error) {
 		metrics:    metrics,
 		events:     events,
 		gatherer:   gatherer,
-		uniformMin: uniformAnswerMin,
+		uniformMin: UniformAnswerMin,
 
 		requestTimeout: cmp.Or(config.RequestTimeout, DefaultRequestTimeout),
 	}
