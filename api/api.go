@@ -167,8 +167,6 @@ type server struct {
 // makes at most one such request per UniformAnswerMin.
 const UniformAnswerMin = 100 * time.Millisecond
 
-// uniformAnswerMin is UniformAnswerMin under the name the package's tests use.
-const uniformAnswerMin = UniformAnswerMin
 
 // New returns the public router of the `api` and `serve` roles: every route of docs/api.md,
 // /openapi.yaml, and River UI when configured. /metrics is not one of them (404): its

@@ -97,10 +97,10 @@ func (c *redisConsumer) RateLimitCounterConsumeChain(ctx context.Context, params
 
 // errRedisGetUnsupported: redis_rate has no read that spends nothing, and forgot-password never
 // peeks.
-var errRedisGetUnsupported = errors.New("RateLimitCounterGet is not supported by the redis_rate baseline")
+var errRedisGetUnsupported = errors.New("RateLimitCounterGetMany is not supported by the redis_rate baseline")
 
-func (c *redisConsumer) RateLimitCounterGet(context.Context, *db.RateLimitCounterGetParams) (int64, error) {
-	return 0, errRedisGetUnsupported
+func (c *redisConsumer) RateLimitCounterGetMany(context.Context, []db.RateLimitCounterGetParams) ([]int64, error) {
+	return nil, errRedisGetUnsupported
 }
 
 func (c *redisConsumer) RateLimitCounterDelete(ctx context.Context, params *db.RateLimitCounterDeleteParams) error {
