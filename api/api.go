@@ -167,7 +167,6 @@ type server struct {
 // makes at most one such request per UniformAnswerMin.
 const UniformAnswerMin = 100 * time.Millisecond
 
-
 // New returns the public router of the `api` and `serve` roles: every route of docs/api.md,
 // /openapi.yaml, and River UI when configured. /metrics is not one of them (404): its
 // delivery counts by kind would tell anyone which addresses have accounts, so it is served by
