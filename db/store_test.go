@@ -1496,6 +1496,11 @@ func TestStore_RateLimitCounterConsumeChain(t *testing.T) {
 			require.Equal(t, []int64{2}, result.Counts)
 			require.Equal(t, []int64{2, 1, 1}, []int64{count(t, store, "ip"), count(t, store, "email"), count(t, store, "key")})
 
+			_, _, err = store.RateLimitCounterConsume(ctx, &db.RateLimitCounterConsumeParams{
+				KeyHash: tokenHash("alone"), WindowStart: now, WindowEnd: now.Add(15 * time.Minute), LimitCount: 3,
+			})
+			require.NoError(t, err)
+
 			// The IP's window fills, then refuses first: nothing after it is spent.
 			_, err = store.RateLimitCounterConsumeChain(ctx, chain)
 			require.NoError(t, err)
@@ -1503,6 +1508,13 @@ func TestStore_RateLimitCounterConsumeChain(t *testing.T) {
 			require.NoError(t, err)
 			require.Empty(t, result.Counts)
 			require.Equal(t, []int64{3, 1, 1}, []int64{count(t, store, "ip"), count(t, store, "email"), count(t, store, "key")})
+
+			// A chain of one window is that window's statement.
+			for _, want := range [][]int64{{2}, {3}, nil} {
+				result, err = store.RateLimitCounterConsumeChain(ctx, &db.RateLimitCounterChainParams{Windows: []db.RateLimitCounterConsumeParams{window("alone", 3)}})
+				require.NoError(t, err)
+				require.Equal(t, want, result.Counts)
+			}
 
 			// A window with room is not spent after a refusal either.
 			result, err = store.RateLimitCounterConsumeChain(ctx, &db.RateLimitCounterChainParams{Windows: []db.RateLimitCounterConsumeParams{

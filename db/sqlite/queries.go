@@ -381,6 +381,16 @@ func (q *queries) RateLimitCounterConsumeChain(ctx context.Context, params *db.R
 	if n := len(params.Windows); n == 0 || n > db.RateLimitChainMax {
 		return nil, fmt.Errorf("a rate limit chain has 1 to %d windows, got %d", db.RateLimitChainMax, n)
 	}
+	if len(params.Windows) == 1 && params.UserEmail == "" { // one statement: no connection to hold
+		count, ok, err := q.RateLimitCounterConsume(ctx, &params.Windows[0])
+		switch {
+		case err != nil:
+			return nil, err
+		case !ok:
+			return &db.RateLimitCounterChainResult{}, nil
+		}
+		return &db.RateLimitCounterChainResult{Counts: []int64{count}}, nil
+	}
 	onConn, release, err := q.oneConn(ctx)
 	if err != nil {
 		return nil, failed("consuming rate limit counters", err)
