@@ -187,22 +187,25 @@ func generousRules() abuse.Rules {
 	return rules
 }
 
-// countingConsumer counts the limiter's counter statements, to show a request touched none:
-// calls those that spend, peeks those that only read.
+// countingConsumer counts the limiter's round trips to its counters, to show a request touched
+// none or how many it took: calls those that spend (a request's chain of checks), peeks those
+// that only read; windows counts the windows the calls asked to spend.
 type countingConsumer struct {
 	abuse.Consumer
-	calls atomic.Int64
-	peeks atomic.Int64
+	calls   atomic.Int64
+	windows atomic.Int64
+	peeks   atomic.Int64
 }
 
-func (c *countingConsumer) RateLimitCounterGet(ctx context.Context, params *db.RateLimitCounterGetParams) (int64, error) {
+func (c *countingConsumer) RateLimitCounterGetMany(ctx context.Context, windows []db.RateLimitCounterGetParams) ([]int64, error) {
 	c.peeks.Add(1)
-	return c.Consumer.RateLimitCounterGet(ctx, params)
+	return c.Consumer.RateLimitCounterGetMany(ctx, windows)
 }
 
-func (c *countingConsumer) RateLimitCounterConsume(ctx context.Context, params *db.RateLimitCounterConsumeParams) (int64, bool, error) {
+func (c *countingConsumer) RateLimitCounterConsumeChain(ctx context.Context, params *db.RateLimitCounterChainParams) (*db.RateLimitCounterChainResult, error) {
 	c.calls.Add(1)
-	return c.Consumer.RateLimitCounterConsume(ctx, params)
+	c.windows.Add(int64(len(params.Windows)))
+	return c.Consumer.RateLimitCounterConsumeChain(ctx, params)
 }
 
 // syncBuffer is a goroutine-safe log sink.

@@ -132,17 +132,16 @@ func (s *server) resendVerification(c *gin.Context) error {
 
 // uniformAnswer runs a route whose answer must not tell whether an email belongs to an account,
 // nor whether anyone asked about it lately: validate the body {"email"}, spend the rate-limit
-// allowance (see allowQuietly), and, when the email rule admitted the request, look the user up
-// and, when found, call ifFound in a transaction. Every branch answers the same status, headers
-// and body (202, answer), and none returns early for an unknown or refused email.
+// allowance and, when every rule admitted, look the user up in the same round trip (see
+// allowQuietly), and, when found, call ifFound in a transaction. Every branch answers the same
+// status, headers and body (202, answer), and none returns early for an unknown or refused email.
 //
-// Timing: an unknown email costs one lookup; a known one adds a transaction with a job insert (a
-// millisecond or so). The answer is held until at least server.uniformMin (100 ms) has passed
-// since the request began, which covers that difference with a wide margin; the per-IP and
-// per-email limits leave an attacker very few samples besides. The lookup runs outside the
-// transaction because most requests of a flood are for unknown emails: they then cost one round
-// trip instead of three (BEGIN, SELECT, COMMIT). ifFound reads the user again inside the
-// transaction when it needs a consistent view.
+// Timing: an unknown email costs one round trip (the checks and the lookup, one statement); a
+// known one adds a transaction with a job insert (a millisecond or so). The answer is held until
+// at least server.uniformMin (100 ms) has passed since the request began, which covers that
+// difference with a wide margin; the per-IP and per-email limits leave an attacker very few
+// samples besides. Most requests of a flood are for unknown emails, so the lookup runs outside
+// the transaction; ifFound reads the user again inside it when it needs a consistent view.
 func (s *server) uniformAnswer(c *gin.Context, action abuse.Action, answer []byte, ifFound func(ctx context.Context, tx db.Tx, user *db.User) error) error {
 	start := time.Now()
 	if _, err := bodyKindOf(c, false); err != nil {
@@ -158,25 +157,16 @@ func (s *server) uniformAnswer(c *gin.Context, action abuse.Action, answer []byt
 		return validationError(fieldErrs)
 	}
 
-	admitted, err := s.allowQuietly(c, action, email)
+	user, err := s.allowQuietly(c, action, email)
 	if err != nil {
 		return err
 	}
 
 	ctx := c.Request.Context()
-	if admitted {
-		var user *db.User
-		user, err = s.store.UserGetByEmail(ctx, email)
-		switch {
-		case errors.Is(err, db.ErrNotFound):
-			err = nil
-		case err != nil:
-			err = fmt.Errorf("error looking up user: %w", err)
-		default:
-			err = s.store.InTx(ctx, func(ctx context.Context, tx db.Tx) error {
-				return ifFound(ctx, tx, user)
-			})
-		}
+	if user != nil {
+		err = s.store.InTx(ctx, func(ctx context.Context, tx db.Tx) error {
+			return ifFound(ctx, tx, user)
+		})
 	}
 	waitUntil(ctx, start.Add(s.uniformMin))
 	if err != nil {
@@ -203,24 +193,27 @@ func (s *server) allow(c *gin.Context, action abuse.Action, email string) error 
 // allowQuietly is allow for the routes whose answer must not tell whether anyone asked about an
 // email lately (forgot-password, resend-verification): a 429 or a RateLimit header about the
 // email's budget would say so to whoever sends the next request for it. The RateLimit headers
-// describe the client's own IP rule only, and only that rule's refusal is a 429; when the email
-// rule refuses, admitted is false and the caller answers exactly as for an admitted request,
-// doing nothing. The refusal is still counted in the limiter's metrics.
-func (s *server) allowQuietly(c *gin.Context, action abuse.Action, email string) (admitted bool, err error) {
-	decision, err := s.spend(c, action, email)
+// describe the client's own IP rule only, and only that rule's refusal is a 429. When every rule
+// admitted, it returns the email's user, read with the checks in one round trip (nil when the
+// email has no account); when the email rule refuses, it returns no user and no error, and the
+// caller answers exactly as for an admitted request, doing nothing. The refusal is still counted
+// in the limiter's metrics.
+func (s *server) allowQuietly(c *gin.Context, action abuse.Action, email string) (*db.User, error) {
+	ip := s.ips.ClientIP(c.Request.RemoteAddr, c.Request.Header)
+	decision, user, err := s.limiter.AllowUser(c.Request.Context(), action, abuse.Subject{IP: ip, Email: email})
 	if err != nil {
-		return false, err
+		return nil, fmt.Errorf("error checking rate limit: %w", err)
 	}
 	if ip, ok := decision.Of(abuse.ScopeIP); ok {
 		ip.SetHeaders(c.Writer.Header())
 	}
 	switch {
 	case decision.Allowed:
-		return true, nil
+		return user, nil
 	case decision.Rule.Scope == abuse.ScopeIP:
-		return false, tooManyRequests(decision)
+		return nil, tooManyRequests(decision)
 	default:
-		return false, nil
+		return nil, nil
 	}
 }
 

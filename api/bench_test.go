@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/postguard/postguard/api/abuse"
 	"github.com/postguard/postguard/db"
 	"github.com/postguard/postguard/db/dbtest"
 	"github.com/postguard/postguard/jobs/mail/resendfake"
@@ -190,6 +192,58 @@ func BenchmarkResendWebhook(b *testing.B) {
 			if merged != float64(seq.Load()) {
 				b.Fatalf("%v of %d events merged", merged, seq.Load())
 			}
+		})
+	}
+}
+
+// BenchmarkRateLimitedRoutes measures, through the router, one rate-limited request per op that
+// every rule admits, each from a new client IP for a new email (fresh counters, as in a flood
+// from many IPs), without forgot-password's uniform hold (ns/op is the work; the hold is
+// timing, not cost): ForgotPasswordUnknownEmail and ResendVerificationUnknownEmail are two checks
+// and a user lookup with no account found; ForgotPasswordKnownEmail adds the reset job's
+// transaction; LimitsSpend is a custom action's IP and key checks.
+func BenchmarkRateLimitedRoutes(b *testing.B) {
+	for _, engine := range benchEngines {
+		b.Run(engine.name, func(b *testing.B) {
+			rules := generousRules().
+				With(abuse.Rule{Action: "login", Scope: abuse.ScopeIP, Limit: 1 << 40, Window: 15 * time.Minute}).
+				With(abuse.Rule{Action: "login", Scope: abuse.ScopeKey, Limit: 1 << 40, Window: 15 * time.Minute})
+			bundle := setup(b, engine.newStore(b), &setupOpts{rules: &rules, configFunc: func(config *Config) {
+				config.noUniformHold = true
+				config.LimitsToken = limitsToken
+			}})
+			known := "known-" + rand.Text()[:8] + "@example.com"
+			register(b, bundle.router, known)
+
+			var n uint32
+			fromNewIP := func(req *http.Request) *http.Request {
+				n++
+				req.RemoteAddr = netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, byte(n >> 16), byte(n >> 8), byte(n)}), 40000).String()
+				return req
+			}
+			emailRoute := func(path, email string) func(b *testing.B) {
+				return func(b *testing.B) {
+					b.ReportAllocs()
+					for b.Loop() {
+						addr := email
+						if addr == "" {
+							addr = fmt.Sprintf("nobody-%d-%s@example.com", n, rand.Text()[:8])
+						}
+						serveBench(b, bundle.router, fromNewIP(jsonRequest(b, path, map[string]string{"email": addr})), http.StatusAccepted)
+					}
+				}
+			}
+			b.Run("ForgotPasswordUnknownEmail", emailRoute("/v1/auth/forgot-password", ""))
+			b.Run("ResendVerificationUnknownEmail", emailRoute("/v1/auth/resend-verification", ""))
+			b.Run("ForgotPasswordKnownEmail", emailRoute("/v1/auth/forgot-password", known))
+			b.Run("LimitsSpend", func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					body := fmt.Sprintf(`{"ip":"10.1.%d.%d","key":"account-%d"}`, byte(n>>8), byte(n), n)
+					n++
+					serveBench(b, bundle.router, limitsRequestOf(b, http.MethodPost, "/v1/limits/login", body), http.StatusOK)
+				}
+			})
 		})
 	}
 }

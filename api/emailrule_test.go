@@ -134,7 +134,7 @@ func TestServer_EmailRuleRefusalAnswersLikeAdmission(t *testing.T) {
 		start := time.Now()
 		rec := serve(t, b.router, req)
 		// The hold that makes every answer take as long, refusals included.
-		require.GreaterOrEqual(t, time.Since(start), uniformAnswerMin)
+		require.GreaterOrEqual(t, time.Since(start), UniformAnswerMin)
 		b.workers.drain(t, kind)
 
 		h := rec.Header().Clone()

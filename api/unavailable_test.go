@@ -43,8 +43,8 @@ func TestDatabaseUnavailable(t *testing.T) {
 // with a refused connection.
 type unreachableStore struct{ db.Store }
 
-func (s *unreachableStore) RateLimitCounterConsume(context.Context, *db.RateLimitCounterConsumeParams) (int64, bool, error) {
-	return 0, false, fmt.Errorf("error consuming rate limit: %w", &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED})
+func (s *unreachableStore) RateLimitCounterConsumeChain(context.Context, *db.RateLimitCounterChainParams) (*db.RateLimitCounterChainResult, error) {
+	return nil, fmt.Errorf("error consuming rate limit counters: %w", &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED})
 }
 
 // stalledStore is a store whose transactions never answer: InTx waits for its context, whose

@@ -54,3 +54,62 @@ func BenchmarkStore_RateLimitCounterConsume(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkStore_RateLimitCounterConsumeChain measures a request's two checks (IP, then email) on
+// fresh keys, 16 goroutines on two cores: as one chain (one round trip), as one chain that also
+// reads an (absent) user, and as the two statements one after the other that the chain replaced.
+func BenchmarkStore_RateLimitCounterConsumeChain(b *testing.B) {
+	window := time.Now().Truncate(time.Hour)
+	pair := func() []db.RateLimitCounterConsumeParams {
+		return []db.RateLimitCounterConsumeParams{
+			{KeyHash: make([]byte, 32), WindowStart: window, WindowEnd: window.Add(time.Hour), LimitCount: 5},
+			{KeyHash: make([]byte, 32), WindowStart: window, WindowEnd: window.Add(time.Hour), LimitCount: 5},
+		}
+	}
+	for _, engine := range []struct {
+		name     string
+		newStore func(testing.TB) db.Store
+	}{
+		{"Postgres", func(tb testing.TB) db.Store { return dbtest.NewPostgres(tb) }},
+		{"SQLite", func(tb testing.TB) db.Store { return dbtest.NewSQLite(tb) }},
+	} {
+		b.Run(engine.name, func(b *testing.B) {
+			store := engine.newStore(b)
+			chain := func(b *testing.B, lookup bool) {
+				b.SetParallelism(8)
+				b.ReportAllocs()
+				b.RunParallel(func(pb *testing.PB) {
+					params := &db.RateLimitCounterChainParams{Windows: pair()}
+					for pb.Next() {
+						rand.Read(params.Windows[0].KeyHash)
+						rand.Read(params.Windows[1].KeyHash)
+						if lookup {
+							params.UserEmail = rand.Text() + "@example.com"
+						}
+						result, err := store.RateLimitCounterConsumeChain(b.Context(), params)
+						if err != nil || len(result.Counts) != 2 {
+							b.Fatal(err)
+						}
+					}
+				})
+			}
+			b.Run("FreshPair", func(b *testing.B) { chain(b, false) })
+			b.Run("FreshPairAndUser", func(b *testing.B) { chain(b, true) })
+			b.Run("FreshPairTwoStatements", func(b *testing.B) {
+				b.SetParallelism(8)
+				b.ReportAllocs()
+				b.RunParallel(func(pb *testing.PB) {
+					windows := pair()
+					for pb.Next() {
+						for i := range windows {
+							rand.Read(windows[i].KeyHash)
+							if _, _, err := store.RateLimitCounterConsume(b.Context(), &windows[i]); err != nil {
+								b.Fatal(err)
+							}
+						}
+					}
+				})
+			})
+		})
+	}
+}

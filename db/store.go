@@ -105,9 +105,18 @@ type Counters interface {
 	// RateLimitCounterConsume spends one request of a window in one atomic statement. ok is
 	// false (and nothing counted) when the window is at its limit.
 	RateLimitCounterConsume(ctx context.Context, params *RateLimitCounterConsumeParams) (count int64, ok bool, err error)
+	// RateLimitCounterConsumeChain spends one request of each of a request's windows in order,
+	// each as RateLimitCounterConsume does and only while every one before it admitted, and reads
+	// UserEmail's user when all admitted: in one round trip (on PostgreSQL one statement; on
+	// SQLite one call on one connection, outside any transaction). It is the rate limiter's hot
+	// path.
+	RateLimitCounterConsumeChain(ctx context.Context, params *RateLimitCounterChainParams) (*RateLimitCounterChainResult, error)
 	// RateLimitCounterGet reads how many requests a window has counted (0 when none), spending
 	// nothing.
 	RateLimitCounterGet(ctx context.Context, params *RateLimitCounterGetParams) (int64, error)
+	// RateLimitCounterGetMany reads several windows' counts in one round trip, in the order
+	// asked (0 for a window with nothing counted), spending nothing: a request's peek.
+	RateLimitCounterGetMany(ctx context.Context, windows []RateLimitCounterGetParams) ([]int64, error)
 	// RateLimitCounterDelete deletes a window's counter (none is fine): its key starts the window
 	// afresh.
 	RateLimitCounterDelete(ctx context.Context, params *RateLimitCounterDeleteParams) error

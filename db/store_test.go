@@ -1457,6 +1457,188 @@ func TestStore_RateLimitCounter(t *testing.T) {
 	})
 }
 
+func TestStore_RateLimitCounterConsumeChain(t *testing.T) {
+	t.Parallel()
+
+	dbtest.Engines(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
+		window := func(key string, limit int64) db.RateLimitCounterConsumeParams {
+			return db.RateLimitCounterConsumeParams{
+				KeyHash:     tokenHash(key),
+				LimitCount:  limit,
+				WindowEnd:   now.Add(15 * time.Minute),
+				WindowStart: now,
+			}
+		}
+		count := func(t *testing.T, store db.Store, key string) int64 {
+			t.Helper()
+			n, err := store.RateLimitCounterGet(t.Context(), &db.RateLimitCounterGetParams{KeyHash: tokenHash(key), WindowStart: now})
+			require.NoError(t, err)
+			return n
+		}
+
+		t.Run("SpendsInOrderWhileAdmitted", func(t *testing.T) {
+			t.Parallel()
+
+			ctx := t.Context()
+			store := newStore(t)
+
+			chain := &db.RateLimitCounterChainParams{Windows: []db.RateLimitCounterConsumeParams{
+				window("ip", 3), window("email", 1), window("key", 5),
+			}}
+			result, err := store.RateLimitCounterConsumeChain(ctx, chain)
+			require.NoError(t, err)
+			require.Equal(t, []int64{1, 1, 1}, result.Counts)
+
+			// The email's window is full: the IP spends, the email refuses and counts nothing,
+			// the key is not spent.
+			result, err = store.RateLimitCounterConsumeChain(ctx, chain)
+			require.NoError(t, err)
+			require.Equal(t, []int64{2}, result.Counts)
+			require.Equal(t, []int64{2, 1, 1}, []int64{count(t, store, "ip"), count(t, store, "email"), count(t, store, "key")})
+
+			_, _, err = store.RateLimitCounterConsume(ctx, &db.RateLimitCounterConsumeParams{
+				KeyHash: tokenHash("alone"), WindowStart: now, WindowEnd: now.Add(15 * time.Minute), LimitCount: 3,
+			})
+			require.NoError(t, err)
+
+			// The IP's window fills, then refuses first: nothing after it is spent.
+			_, err = store.RateLimitCounterConsumeChain(ctx, chain)
+			require.NoError(t, err)
+			result, err = store.RateLimitCounterConsumeChain(ctx, chain)
+			require.NoError(t, err)
+			require.Empty(t, result.Counts)
+			require.Equal(t, []int64{3, 1, 1}, []int64{count(t, store, "ip"), count(t, store, "email"), count(t, store, "key")})
+
+			// A chain of one window is that window's statement.
+			for _, want := range [][]int64{{2}, {3}, nil} {
+				result, err = store.RateLimitCounterConsumeChain(ctx, &db.RateLimitCounterChainParams{Windows: []db.RateLimitCounterConsumeParams{window("alone", 3)}})
+				require.NoError(t, err)
+				require.Equal(t, want, result.Counts)
+			}
+
+			// A window with room is not spent after a refusal either.
+			result, err = store.RateLimitCounterConsumeChain(ctx, &db.RateLimitCounterChainParams{Windows: []db.RateLimitCounterConsumeParams{
+				window("ip", 3), window("other-email", 5),
+			}})
+			require.NoError(t, err)
+			require.Empty(t, result.Counts)
+			require.Zero(t, count(t, store, "other-email"), "spent after the IP refused")
+		})
+
+		t.Run("ReadsTheUserWhenAllAdmitted", func(t *testing.T) {
+			t.Parallel()
+
+			ctx := t.Context()
+			store := newStore(t)
+			user := userInsert(ctx, t, store, "ada@example.com")
+			want, err := store.UserGetByID(ctx, user.ID)
+			require.NoError(t, err)
+
+			chain := func(email string) *db.RateLimitCounterChainParams {
+				return &db.RateLimitCounterChainParams{
+					Windows:   []db.RateLimitCounterConsumeParams{window("ip", 100), window(email, 1)},
+					UserEmail: email,
+				}
+			}
+			result, err := store.RateLimitCounterConsumeChain(ctx, chain("ada@example.com"))
+			require.NoError(t, err)
+			require.Len(t, result.Counts, 2)
+			require.Equal(t, want, result.User)
+
+			result, err = store.RateLimitCounterConsumeChain(ctx, chain("nobody@example.com"))
+			require.NoError(t, err)
+			require.Len(t, result.Counts, 2)
+			require.Nil(t, result.User, "no such user")
+
+			result, err = store.RateLimitCounterConsumeChain(ctx, chain("ada@example.com"))
+			require.NoError(t, err)
+			require.Equal(t, []int64{3}, result.Counts)
+			require.Nil(t, result.User, "read although the email's window refused")
+
+			result, err = store.RateLimitCounterConsumeChain(ctx, &db.RateLimitCounterChainParams{
+				Windows: []db.RateLimitCounterConsumeParams{window("ip", 100)},
+			})
+			require.NoError(t, err)
+			require.Nil(t, result.User, "read without an email")
+		})
+
+		t.Run("ConcurrentChainsExact", func(t *testing.T) {
+			t.Parallel()
+
+			ctx := t.Context()
+			store := newStore(t)
+
+			// 60 requests from 3 IPs (limit 8 each) for one email (limit 10): the email counts
+			// only what the IPs admitted, and never more than its limit.
+			const requests = 60
+			var (
+				wg      sync.WaitGroup
+				results = make([]*db.RateLimitCounterChainResult, requests)
+				errs    = make([]error, requests)
+			)
+			for i := range requests {
+				wg.Go(func() {
+					results[i], errs[i] = store.RateLimitCounterConsumeChain(ctx, &db.RateLimitCounterChainParams{
+						Windows: []db.RateLimitCounterConsumeParams{window(fmt.Sprintf("ip%d", i%3), 8), window("email", 10)},
+					})
+				})
+			}
+			wg.Wait()
+
+			byLength := make(map[int]int)
+			for i := range requests {
+				require.NoError(t, errs[i])
+				byLength[len(results[i].Counts)]++
+			}
+			require.Equal(t, map[int]int{0: requests - 24, 1: 24 - 10, 2: 10}, byLength)
+			require.Equal(t, int64(10), count(t, store, "email"))
+			for i := range 3 {
+				require.Equal(t, int64(8), count(t, store, fmt.Sprintf("ip%d", i)))
+			}
+		})
+
+		t.Run("GetManyReadsInOrder", func(t *testing.T) {
+			t.Parallel()
+
+			ctx := t.Context()
+			store := newStore(t)
+
+			_, err := store.RateLimitCounterConsumeChain(ctx, &db.RateLimitCounterChainParams{Windows: []db.RateLimitCounterConsumeParams{
+				window("ip", 5), window("key", 5),
+			}})
+			require.NoError(t, err)
+			_, _, err = store.RateLimitCounterConsume(ctx, &db.RateLimitCounterConsumeParams{
+				KeyHash: tokenHash("key"), WindowStart: now, WindowEnd: now.Add(15 * time.Minute), LimitCount: 5,
+			})
+			require.NoError(t, err)
+
+			counts, err := store.RateLimitCounterGetMany(ctx, []db.RateLimitCounterGetParams{
+				{KeyHash: tokenHash("key"), WindowStart: now},
+				{KeyHash: tokenHash("never"), WindowStart: now},
+				{KeyHash: tokenHash("ip"), WindowStart: now},
+				{KeyHash: tokenHash("ip"), WindowStart: now.Add(-15 * time.Minute)},
+			})
+			require.NoError(t, err)
+			require.Equal(t, []int64{2, 0, 1, 0}, counts)
+		})
+
+		t.Run("RefusesBadChains", func(t *testing.T) {
+			t.Parallel()
+
+			ctx := t.Context()
+			store := newStore(t)
+
+			for _, windows := range [][]db.RateLimitCounterConsumeParams{
+				nil,
+				{window("a", 1), window("b", 1), window("c", 1), window("d", 1)},
+			} {
+				_, err := store.RateLimitCounterConsumeChain(ctx, &db.RateLimitCounterChainParams{Windows: windows})
+				require.ErrorContains(t, err, "a rate limit chain has 1 to 3 windows")
+			}
+		})
+	})
+}
+
 func TestStore_SendPacerReserve(t *testing.T) {
 	t.Parallel()
 

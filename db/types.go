@@ -216,6 +216,31 @@ type RateLimitCounterConsumeParams struct {
 	LimitCount  int64
 }
 
+// RateLimitChainMax is the most windows one RateLimitCounterConsumeChain spends: one per scope
+// (IP, email, key).
+const RateLimitChainMax = 3
+
+// RateLimitCounterChainParams are the windows one request spends, in the order they are checked,
+// and an email whose user to read in the same round trip.
+type RateLimitCounterChainParams struct {
+	// Windows are spent in order, each only when every one before it admitted: 1 to
+	// RateLimitChainMax of them, each of a different key.
+	Windows []RateLimitCounterConsumeParams
+	// UserEmail, when not empty, is a normalised email whose user is read when every window
+	// admitted.
+	UserEmail string
+}
+
+// RateLimitCounterChainResult is what RateLimitCounterConsumeChain spent and read.
+type RateLimitCounterChainResult struct {
+	// Counts holds, for each window that admitted, in order, its count after the request. When
+	// it is shorter than the chain's windows, Windows[len(Counts)] refused (nothing counted) and
+	// the windows after it were not spent.
+	Counts []int64
+	// User is UserEmail's user when every window admitted and there is one; nil otherwise.
+	User *User
+}
+
 // RateLimitCounterGetParams names one fixed window of one key.
 type RateLimitCounterGetParams struct {
 	KeyHash     []byte

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"net/http"
 	"net/netip"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -82,7 +83,8 @@ func BenchmarkClientIP(b *testing.B) {
 // BenchmarkLimiter_Allow measures one check (the IP rule alone) per op on each engine:
 // FreshKeys inserts a new counter every time; HotKey increments one row (limit out of reach);
 // HotKeyParallel does so from GOMAXPROCS goroutines; RefusedCached is a refusal from the deny
-// cache.
+// cache. FreshIPAndEmail is a request of two rules (IP, then email) on new counters, the
+// auth routes' case: one round trip for both.
 func BenchmarkLimiter_Allow(b *testing.B) {
 	engines := []struct {
 		name     string
@@ -116,6 +118,23 @@ func BenchmarkLimiter_Allow(b *testing.B) {
 					ip := netip.AddrFrom4([4]byte{byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)})
 					if !allow(b, l, ip).Allowed {
 						b.Fatal("refused")
+					}
+				}
+			})
+
+			b.Run("FreshIPAndEmail", func(b *testing.B) {
+				rules := Rules{}.
+					With(Rule{Action: ActionRegister, Scope: ScopeIP, Limit: 5, Window: 15 * time.Minute}).
+					With(Rule{Action: ActionRegister, Scope: ScopeEmail, Limit: 5, Window: time.Hour})
+				l := NewLimiter(engine.newStore(b), testSecret, rules, nil)
+				var n uint32
+				b.ReportAllocs()
+				for b.Loop() {
+					n++
+					ip := netip.AddrFrom4([4]byte{byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)})
+					d, err := l.Allow(ctx, ActionRegister, Subject{IP: ip, Email: "user" + strconv.FormatUint(uint64(n), 10) + "@example.com"})
+					if err != nil || !d.Allowed {
+						b.Fatal("error or refusal", err)
 					}
 				}
 			})

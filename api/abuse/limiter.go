@@ -19,13 +19,14 @@ import (
 const DefaultDenyCacheSize = 10_000
 
 // Consumer is the counter store a Limiter counts in; db.Store and db.Tables implement it.
-// RateLimitCounterConsume spends one request of a counter's window in one atomic statement (ok is
-// false, and nothing counted, when the window is at its limit); RateLimitCounterGet reads a
-// window's count without spending any of it (0 when nothing was counted), for Peek;
-// RateLimitCounterDelete deletes a window's counter (none is fine), for Clear.
+// RateLimitCounterConsumeChain spends one request of each of a request's windows in order, in one
+// round trip, each in one atomic statement and only while the ones before it admitted (a window
+// at its limit refuses and counts nothing), and reads a user by email with them when asked;
+// RateLimitCounterGetMany reads windows' counts in one round trip without spending any of them (0
+// when nothing was counted), for Peek; RateLimitCounterDelete deletes a window's counter (none is fine), for Clear.
 type Consumer interface {
-	RateLimitCounterConsume(ctx context.Context, params *db.RateLimitCounterConsumeParams) (count int64, ok bool, err error)
-	RateLimitCounterGet(ctx context.Context, params *db.RateLimitCounterGetParams) (int64, error)
+	RateLimitCounterConsumeChain(ctx context.Context, params *db.RateLimitCounterChainParams) (*db.RateLimitCounterChainResult, error)
+	RateLimitCounterGetMany(ctx context.Context, windows []db.RateLimitCounterGetParams) ([]int64, error)
 	RateLimitCounterDelete(ctx context.Context, params *db.RateLimitCounterDeleteParams) error
 }
 
@@ -254,23 +255,174 @@ func (d *Decision) SetHeaders(h http.Header) {
 // Allow spends one request of action for subject. The action's rules are checked in order, IP,
 // then email, then key (see Subject for which apply), each spending only when the ones before it
 // admitted; the first refusal answers. A rule never counts a request it refuses, but a request a
-// later rule refuses has spent the earlier rules' allowance. Each check is one atomic database
-// statement, unless the in-process deny cache already knows the window is exhausted. A scope the
-// rules leave out is not limited; an action without any rule is an error. Allow returns an error
-// only when the store fails (wrapped); the caller chooses whether to fail open or closed.
+// later rule refuses has spent the earlier rules' allowance. All the checks of a request are one
+// round trip to the database (each one atomic statement of it), and none when the in-process deny
+// cache already knows the first rule's window is exhausted (a later rule's cached refusal still
+// spends the rules before it). A scope the rules leave out is not limited; an action without any
+// rule is an error. Allow returns an error only when the store fails (wrapped); the caller
+// chooses whether to fail open or closed.
 func (l *Limiter) Allow(ctx context.Context, action Action, subject Subject) (*Decision, error) {
-	return l.decide(ctx, action, subject, l.check)
+	decision, _, err := l.allow(ctx, action, subject, false)
+	return decision, err
 }
 
-// Peek answers what Allow would answer now for action and subject, and spends nothing: each
-// rule's current window is read (one statement per rule, unless the deny cache knows the window
-// is exhausted) and compared with the rule's limit, in Allow's order, the first one at its limit
+// AllowUser is Allow, and, when every rule admitted, reads the user whose (normalised) email is
+// subject.Email in the same round trip: nil when there is none, when a rule refused, or when
+// subject.Email is empty. A route that acts on an account only when its email's budget admitted
+// (forgot-password, resend-verification) then costs one round trip, not two.
+func (l *Limiter) AllowUser(ctx context.Context, action Action, subject Subject) (*Decision, *db.User, error) {
+	return l.allow(ctx, action, subject, subject.Email != "")
+}
+
+// chained is a rule of a request's chain, with its window and key.
+type chained struct {
+	rule *limiterRule
+	win  window
+	key  [32]byte
+}
+
+// chainOf returns the rules of action that apply to subject, in order, with their windows at now
+// and keys, up to the first one the deny cache knows refused (cachedRefusal, then): chain[:n].
+func (l *Limiter) chainOf(action Action, subject Subject, now time.Time) (chain [db.RateLimitChainMax]chained, n int, cachedRefusal *chained, err error) {
+	rules, ok := l.actions[action]
+	if !ok {
+		return chain, 0, nil, fmt.Errorf("no rate-limit rule for action %q", action)
+	}
+	for _, rule := range rules {
+		value, ok := subject.value(rule.Scope)
+		if !ok {
+			continue
+		}
+		c := chained{rule: rule, win: windowAt(now, rule.Window), key: l.keys.key(rule.Action, rule.Scope, value)}
+		if denied := l.denyCacheOf(rule); denied != nil && denied.contains(c.key, c.win.start, now) {
+			return chain, n, &c, nil
+		}
+		chain[n] = c
+		n++
+	}
+	return chain, n, nil, nil
+}
+
+// allow is Allow, reading subject.Email's user with the checks when lookup is set.
+func (l *Limiter) allow(ctx context.Context, action Action, subject Subject, lookup bool) (*Decision, *db.User, error) {
+	now := l.now()
+	chain, n, cachedRefusal, err := l.chainOf(action, subject, now)
+	if err != nil {
+		return nil, nil, err
+	}
+
+	var result *db.RateLimitCounterChainResult
+	if n > 0 {
+		params := &db.RateLimitCounterChainParams{Windows: make([]db.RateLimitCounterConsumeParams, n)}
+		for i, c := range chain[:n] {
+			params.Windows[i] = db.RateLimitCounterConsumeParams{
+				KeyHash:     c.key[:],
+				WindowStart: c.win.start,
+				WindowEnd:   c.win.end,
+				LimitCount:  c.rule.Limit,
+			}
+		}
+		if lookup && cachedRefusal == nil {
+			params.UserEmail = subject.Email
+		}
+		if result, err = l.store.RateLimitCounterConsumeChain(ctx, params); err != nil {
+			return nil, nil, fmt.Errorf("error consuming rate limits of %s: %w", action, err)
+		}
+	}
+
+	var answer *Decision
+	var checked []*Decision
+	for i, c := range chain[:n] {
+		d := &Decision{Rule: c.rule.Rule, ResetAfter: c.win.end.Sub(now)}
+		checked = append(checked, d)
+		if i >= len(result.Counts) { // the chain's refusal; the rules after it were not spent
+			if denied := l.denyCacheOf(c.rule); denied != nil {
+				denied.add(c.key, c.win.start, c.win.end)
+			}
+			observe(c.rule.refused)
+			d.checked = checked
+			return d, nil, nil
+		}
+		observe(c.rule.allowed)
+		d.Allowed = true
+		d.Remaining = max(c.rule.Limit-result.Counts[i], 0)
+		if answer == nil || d.Remaining < answer.Remaining ||
+			(d.Remaining == answer.Remaining && d.ResetAfter > answer.ResetAfter) {
+			answer = d
+		}
+	}
+	if c := cachedRefusal; c != nil {
+		observe(c.rule.refused)
+		d := &Decision{Rule: c.rule.Rule, ResetAfter: c.win.end.Sub(now)}
+		d.checked = append(checked, d)
+		return d, nil, nil
+	}
+	if answer == nil { // no rule applied: only email or key rules, and no such value
+		answer = &Decision{Allowed: true}
+	}
+	answer.checked = checked
+	var user *db.User
+	if result != nil {
+		user = result.User
+	}
+	return answer, user, nil
+}
+
+// Peek answers what Allow would answer now for action and subject, and spends nothing: the
+// rules' current windows are read, in one round trip (none for a window the deny cache knows is
+// exhausted), and compared with the rules' limits in Allow's order, the first one at its limit
 // answering. Remaining is what the window has left now, before any spending. Peek counts nothing,
 // in the database or in the metrics. Pairing it with Allow limits failures only: peek before an
 // attempt, refuse while the window is exhausted, and Allow (spend) when the attempt failed. Like
-// Allow, Peek returns an error only when the store fails.
+// Allow, Peek returns an error only when the store fails. A window of a built-in action found at
+// its limit goes into the deny cache: nothing clears those, and counts only grow within a window,
+// so it stays refused until it ends.
 func (l *Limiter) Peek(ctx context.Context, action Action, subject Subject) (*Decision, error) {
-	return l.decide(ctx, action, subject, l.peek)
+	now := l.now()
+	chain, n, cachedRefusal, err := l.chainOf(action, subject, now)
+	if err != nil {
+		return nil, err
+	}
+	var counts []int64
+	if n > 0 {
+		windows := make([]db.RateLimitCounterGetParams, n)
+		for i, c := range chain[:n] {
+			windows[i] = db.RateLimitCounterGetParams{KeyHash: c.key[:], WindowStart: c.win.start}
+		}
+		if counts, err = l.store.RateLimitCounterGetMany(ctx, windows); err != nil {
+			return nil, fmt.Errorf("error reading rate limits of %s: %w", action, err)
+		}
+	}
+
+	var answer *Decision
+	var checked []*Decision
+	for i, c := range chain[:n] {
+		d := &Decision{Rule: c.rule.Rule, ResetAfter: c.win.end.Sub(now)}
+		checked = append(checked, d)
+		if counts[i] >= c.rule.Limit {
+			if denied := l.denyCacheOf(c.rule); denied != nil {
+				denied.add(c.key, c.win.start, c.win.end)
+			}
+			d.checked = checked
+			return d, nil
+		}
+		d.Allowed = true
+		d.Remaining = c.rule.Limit - counts[i]
+		if answer == nil || d.Remaining < answer.Remaining ||
+			(d.Remaining == answer.Remaining && d.ResetAfter > answer.ResetAfter) {
+			answer = d
+		}
+	}
+	if c := cachedRefusal; c != nil {
+		d := &Decision{Rule: c.rule.Rule, ResetAfter: c.win.end.Sub(now)}
+		d.checked = append(checked, d)
+		return d, nil
+	}
+	if answer == nil {
+		answer = &Decision{Allowed: true}
+	}
+	answer.checked = checked
+	return answer, nil
 }
 
 // Clear deletes the subject's counters of action's current windows, for the scopes the subject
@@ -301,110 +453,6 @@ func (l *Limiter) Clear(ctx context.Context, action Action, subject Subject) err
 		}
 	}
 	return nil
-}
-
-// decide runs check on each rule of action that applies, in order, and answers as Allow says.
-// It is the one place a request's checks are made.
-func (l *Limiter) decide(ctx context.Context, action Action, subject Subject,
-	check func(ctx context.Context, rule *limiterRule, value string, now time.Time) (*Decision, error),
-) (*Decision, error) {
-	rules, ok := l.actions[action]
-	if !ok {
-		return nil, fmt.Errorf("no rate-limit rule for action %q", action)
-	}
-	now := l.now()
-
-	var answer *Decision
-	var checked []*Decision
-	for _, rule := range rules {
-		value, ok := subject.value(rule.Scope)
-		if !ok {
-			continue
-		}
-		d, err := check(ctx, rule, value, now)
-		if err != nil {
-			return nil, err
-		}
-		checked = append(checked, d)
-		if !d.Allowed {
-			d.checked = checked
-			return d, nil
-		}
-		if answer == nil || d.Remaining < answer.Remaining ||
-			(d.Remaining == answer.Remaining && d.ResetAfter > answer.ResetAfter) {
-			answer = d
-		}
-	}
-	if answer == nil { // no rule applied: only email or key rules, and no such value
-		answer = &Decision{Allowed: true}
-	}
-	answer.checked = checked
-	return answer, nil
-}
-
-// check spends one request of rule for value.
-func (l *Limiter) check(ctx context.Context, rule *limiterRule, value string, now time.Time) (*Decision, error) {
-	win := windowAt(now, rule.Window)
-	key := l.keys.key(rule.Action, rule.Scope, value)
-	d := &Decision{Rule: rule.Rule, ResetAfter: win.end.Sub(now)}
-
-	denied := l.denyCacheOf(rule)
-	if denied != nil && denied.contains(key, win.start, now) {
-		observe(rule.refused)
-		return d, nil
-	}
-
-	count, ok, err := l.store.RateLimitCounterConsume(ctx, &db.RateLimitCounterConsumeParams{
-		KeyHash:     key[:],
-		WindowStart: win.start,
-		WindowEnd:   win.end,
-		LimitCount:  rule.Limit,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("error consuming rate limit %s: %w", rule.PolicyName(), err)
-	}
-	if !ok {
-		if denied != nil {
-			denied.add(key, win.start, win.end)
-		}
-		observe(rule.refused)
-		return d, nil
-	}
-	observe(rule.allowed)
-	d.Allowed = true
-	d.Remaining = max(rule.Limit-count, 0)
-	return d, nil
-}
-
-// peek reads rule's current window for value and decides as check would, spending nothing. A
-// window of a built-in action found at its limit goes into the deny cache: nothing clears those,
-// and counts only grow within a window, so it stays refused until it ends.
-func (l *Limiter) peek(ctx context.Context, rule *limiterRule, value string, now time.Time) (*Decision, error) {
-	win := windowAt(now, rule.Window)
-	key := l.keys.key(rule.Action, rule.Scope, value)
-	d := &Decision{Rule: rule.Rule, ResetAfter: win.end.Sub(now)}
-
-	denied := l.denyCacheOf(rule)
-	if denied != nil && denied.contains(key, win.start, now) {
-		return d, nil
-	}
-
-	count, err := l.store.RateLimitCounterGet(ctx, &db.RateLimitCounterGetParams{
-		KeyHash:     key[:],
-		WindowStart: win.start,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("error reading rate limit %s: %w", rule.PolicyName(), err)
-	}
-	if count >= rule.Limit {
-		if denied != nil {
-			denied.add(key, win.start, win.end)
-		}
-		return d, nil
-	}
-	d.Allowed = true
-	d.Remaining = rule.Limit - count
-	return d, nil
 }
 
 // denyCacheOf is the deny cache rule's refusals go to: nil when the cache is disabled, or for a

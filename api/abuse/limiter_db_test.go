@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/postguard/postguard/db"
 	"github.com/postguard/postguard/db/dbtest"
 )
 
@@ -260,6 +261,41 @@ func TestLimiter_AllowStore(t *testing.T) {
 			for _, row := range rows {
 				require.LessOrEqual(t, row.Count, row.LimitCount)
 			}
+		})
+
+		t.Run("AllowUserReadsTheUserWhenAdmitted", func(t *testing.T) {
+			t.Parallel()
+
+			l, bundle := setup(t, nil)
+			ctx := context.Background()
+			user, err := bundle.store.UserInsert(ctx, &db.UserInsertParams{Email: "ada@example.com", PasswordHash: "hash", Now: windowBase})
+			require.NoError(t, err)
+
+			// forgot-password: 3 per email per hour.
+			for i := range 3 {
+				d, found, err := l.AllowUser(ctx, ActionForgotPassword, Subject{IP: netip.AddrFrom4([4]byte{203, 0, 113, byte(i)}), Email: "ada@example.com"})
+				require.NoError(t, err)
+				require.True(t, d.Allowed)
+				require.NotNil(t, found)
+				require.Equal(t, user.ID, found.ID)
+			}
+			d, found, err := l.AllowUser(ctx, ActionForgotPassword, Subject{IP: clientIP, Email: "ada@example.com"})
+			require.NoError(t, err)
+			require.False(t, d.Allowed)
+			require.Nil(t, found, "the user read although the email's rule refused")
+
+			d, found, err = l.AllowUser(ctx, ActionForgotPassword, Subject{IP: clientIP, Email: "nobody@example.com"})
+			require.NoError(t, err)
+			require.True(t, d.Allowed)
+			require.Nil(t, found)
+
+			// Once the email's refusal is cached, the IP is still spent, and no user read.
+			d, found, err = l.AllowUser(ctx, ActionForgotPassword, Subject{IP: clientIP, Email: "ada@example.com"})
+			require.NoError(t, err)
+			require.False(t, d.Allowed)
+			require.Nil(t, found)
+			ipRow := findCounter(counterRows(t, bundle.store), bundle.keys.key(ActionForgotPassword, ScopeIP, "198.51.100.7"))
+			require.Equal(t, int64(3), ipRow.Count)
 		})
 
 		t.Run("DenyCacheAnswersWithoutStore", func(t *testing.T) {

@@ -39,30 +39,41 @@ func newMemConsumer() *memConsumer {
 	return &memConsumer{counts: make(map[memKey]int64)}
 }
 
-func (m *memConsumer) RateLimitCounterConsume(_ context.Context, params *db.RateLimitCounterConsumeParams) (int64, bool, error) {
+// RateLimitCounterConsumeChain is one call, however many windows it spends (one round trip to a
+// real store). It reads no user: the store tests cover the lookup.
+func (m *memConsumer) RateLimitCounterConsumeChain(_ context.Context, params *db.RateLimitCounterChainParams) (*db.RateLimitCounterChainResult, error) {
 	m.calls.Add(1)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.params = append(m.params, *params)
 	if m.err != nil {
-		return 0, false, m.err
+		m.params = append(m.params, params.Windows[0])
+		return nil, m.err
 	}
-	k := memKey{string(params.KeyHash), params.WindowStart.UnixNano()}
-	if m.counts[k] >= params.LimitCount {
-		return 0, false, nil
+	result := &db.RateLimitCounterChainResult{}
+	for _, w := range params.Windows {
+		m.params = append(m.params, w)
+		k := memKey{string(w.KeyHash), w.WindowStart.UnixNano()}
+		if m.counts[k] >= w.LimitCount {
+			break
+		}
+		m.counts[k]++
+		result.Counts = append(result.Counts, m.counts[k])
 	}
-	m.counts[k]++
-	return m.counts[k], true, nil
+	return result, nil
 }
 
-func (m *memConsumer) RateLimitCounterGet(_ context.Context, params *db.RateLimitCounterGetParams) (int64, error) {
+func (m *memConsumer) RateLimitCounterGetMany(_ context.Context, windows []db.RateLimitCounterGetParams) ([]int64, error) {
 	m.calls.Add(1)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.err != nil {
-		return 0, m.err
+		return nil, m.err
 	}
-	return m.counts[memKey{string(params.KeyHash), params.WindowStart.UnixNano()}], nil
+	counts := make([]int64, len(windows))
+	for i, w := range windows {
+		counts[i] = m.counts[memKey{string(w.KeyHash), w.WindowStart.UnixNano()}]
+	}
+	return counts, nil
 }
 
 func (m *memConsumer) RateLimitCounterDelete(_ context.Context, params *db.RateLimitCounterDeleteParams) error {
@@ -82,9 +93,9 @@ type countingConsumer struct {
 	calls atomic.Int64
 }
 
-func (c *countingConsumer) RateLimitCounterConsume(ctx context.Context, params *db.RateLimitCounterConsumeParams) (int64, bool, error) {
+func (c *countingConsumer) RateLimitCounterConsumeChain(ctx context.Context, params *db.RateLimitCounterChainParams) (*db.RateLimitCounterChainResult, error) {
 	c.calls.Add(1)
-	return c.Consumer.RateLimitCounterConsume(ctx, params)
+	return c.Consumer.RateLimitCounterConsumeChain(ctx, params)
 }
 
 func (c *countingConsumer) RateLimitCounterDelete(ctx context.Context, params *db.RateLimitCounterDeleteParams) error {
@@ -92,9 +103,9 @@ func (c *countingConsumer) RateLimitCounterDelete(ctx context.Context, params *d
 	return c.Consumer.RateLimitCounterDelete(ctx, params)
 }
 
-func (c *countingConsumer) RateLimitCounterGet(ctx context.Context, params *db.RateLimitCounterGetParams) (int64, error) {
+func (c *countingConsumer) RateLimitCounterGetMany(ctx context.Context, windows []db.RateLimitCounterGetParams) ([]int64, error) {
 	c.calls.Add(1)
-	return c.Consumer.RateLimitCounterGet(ctx, params)
+	return c.Consumer.RateLimitCounterGetMany(ctx, windows)
 }
 
 // stubClock is a settable clock for NowFunc.
@@ -366,7 +377,7 @@ func TestLimiter_Allow(t *testing.T) {
 		d, err := l.Allow(ctx, ActionRegister, Subject{IP: clientIP, Email: "alice@example.com"})
 		require.Nil(t, d)
 		require.ErrorIs(t, err, bundle.consumer.err)
-		require.ErrorContains(t, err, "error consuming rate limit register-ip")
+		require.ErrorContains(t, err, "error consuming rate limits of register")
 	})
 
 	t.Run("ParamsCarryNoRawValues", func(t *testing.T) {
@@ -427,11 +438,29 @@ func TestLimiter_Allow(t *testing.T) {
 			allow(t, l, ActionRegister, netip.AddrFrom4([4]byte{203, 0, 113, byte(i)}), "alice@example.com")
 		}
 		calls := bundle.consumer.calls.Load()
-		// A cached email refusal still spends the IP allowance through the database.
+		// A cached email refusal still spends the IP allowance through the database, and only
+		// it.
+		spent := len(bundle.consumer.params)
 		d := allow(t, l, ActionRegister, clientIP, "alice@example.com")
 		require.False(t, d.Allowed)
 		require.Equal(t, ScopeEmail, d.Rule.Scope)
 		require.Equal(t, calls+1, bundle.consumer.calls.Load())
+		require.Len(t, bundle.consumer.params, spent+1, "the cached email's window went to the store")
+	})
+
+	t.Run("OneCallPerRequest", func(t *testing.T) {
+		t.Parallel()
+
+		l, bundle := setup(t, nil)
+
+		for i := range 10 {
+			d := allow(t, l, ActionRegister, netip.AddrFrom4([4]byte{203, 0, 113, byte(i)}), "alice@example.com")
+			require.Equal(t, i < 3, d.Allowed)
+		}
+		require.Equal(t, int64(10), bundle.consumer.calls.Load(), "both rules of each request in one call")
+		// Three admitted and one refused by the email's window spent both windows; the six after
+		// the email's refusal was cached spent the IP's only.
+		require.Len(t, bundle.consumer.params, 4*2+6)
 	})
 
 	t.Run("DenyCacheDisabled", func(t *testing.T) {
@@ -612,7 +641,7 @@ func TestLimiter_Peek(t *testing.T) {
 		d, err := l.Peek(ctx, ActionRegister, Subject{IP: clientIP})
 		require.Nil(t, d)
 		require.ErrorIs(t, err, bundle.consumer.err)
-		require.ErrorContains(t, err, "error reading rate limit register-ip")
+		require.ErrorContains(t, err, "error reading rate limits of register")
 	})
 }
 
@@ -765,9 +794,9 @@ func TestLimiter_CustomAction(t *testing.T) {
 			require.NoError(t, err)
 			require.False(t, d.Allowed)
 		}
-		// Each refusal went to the store (IP check + key check per Allow, the same per Peek): a
-		// clear in another process must be seen at once.
-		require.Equal(t, calls+5*2*2, bundle.consumer.calls.Load())
+		// Each refusal went to the store (the IP and key checks in one call per Allow, and per
+		// Peek): a clear in another process must be seen at once.
+		require.Equal(t, calls+5*(1+1), bundle.consumer.calls.Load())
 	})
 }
 

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/metrics"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -14,21 +15,23 @@ import (
 // clockTick is the unit of /proc's CPU times (USER_HZ, 100 on Linux).
 const clockTick = 10 * time.Millisecond
 
-// cpuSnapshot is the CPU time used so far by this process, by the local PostgreSQL server's
-// processes, and by the whole machine; two snapshots give a measurement's share of each. The
-// machine's figures let the report show how much CPU other processes took meanwhile: on a shared
-// machine they explain a rate that moves between runs.
+// cpuSnapshot is the CPU time used so far by this process, by the local PostgreSQL and Redis
+// servers' processes, and by the whole machine; two snapshots give a measurement's share of each.
+// The machine's figures let the report show how much CPU other processes took meanwhile: on a
+// shared machine they explain a rate that moves between runs.
 type cpuSnapshot struct {
 	self     time.Duration
 	proc     procCounters
 	db       map[int]time.Duration // by PID; nil when no process named postgres was found
+	redis    map[int]time.Duration // by PID; nil when no process named redis-server was found
 	busy     time.Duration
 	capacity time.Duration // busy + idle, all CPUs
 }
 
 func takeCPU() cpuSnapshot {
 	proc := processCounters()
-	s := cpuSnapshot{self: proc.user + proc.sys, proc: proc, db: postgresCPU()}
+	servers := serverCPU(postgresProcess, redisProcess)
+	s := cpuSnapshot{self: proc.user + proc.sys, proc: proc, db: servers[postgresProcess], redis: servers[redisProcess]}
 	s.busy, s.capacity = machineCPU()
 	return s
 }
@@ -39,8 +42,10 @@ type cpuDelta struct {
 	proc   procCounters // this process's user and sys time, page faults and context switches
 	db     time.Duration
 	dbSeen bool
-	// others is the fraction of the machine's CPU capacity used by processes other than this one
-	// and PostgreSQL's; -1 when unknown.
+	// redis is the local Redis server's CPU time: the redis_rate baseline's counters.
+	redis time.Duration
+	// others is the fraction of the machine's CPU capacity used by processes other than this one,
+	// PostgreSQL's and Redis's; -1 when unknown.
 	others float64
 }
 
@@ -56,8 +61,11 @@ func (s cpuSnapshot) since(start cpuSnapshot) cpuDelta {
 	for pid, t := range s.db {
 		d.db += max(t-start.db[pid], 0)
 	}
+	for pid, t := range s.redis {
+		d.redis += max(t-start.redis[pid], 0)
+	}
 	if capacity := s.capacity - start.capacity; capacity > 0 {
-		others := s.busy - start.busy - d.self - d.db
+		others := s.busy - start.busy - d.self - d.db - d.redis
 		d.others = min(max(float64(others)/float64(capacity), 0), 1)
 	}
 	return d
@@ -69,14 +77,17 @@ func (s cpuSnapshot) since(start cpuSnapshot) cpuDelta {
 // switches (voluntary: blocked; involuntary: preempted by the kernel). They tell where CPU
 // beyond the work itself goes: faulting memory back in, or threads fighting for the CPUs.
 //
-// gc and gcCycles come from runtime/metrics: the runtime's estimate of the CPU time its garbage
-// collector took (mark assists, background and idle marking, pauses) and the cycles completed.
+// gc, gcCycles and runtimeTotal come from runtime/metrics: the runtime's estimate of the CPU
+// time its garbage collector took (mark assists, background and idle marking, pauses), the
+// cycles completed, and the CPU time available to Go code and the runtime (GOMAXPROCS integrated
+// over wall time, idle included), which gc is a share of.
 type procCounters struct {
 	user, sys            time.Duration
 	minFaults            int64
 	voluntary, preempted int64
 	gc                   time.Duration
 	gcCycles             int64
+	runtimeTotal         time.Duration
 }
 
 func (c procCounters) sub(o procCounters) procCounters {
@@ -88,6 +99,8 @@ func (c procCounters) sub(o procCounters) procCounters {
 		preempted: c.preempted - o.preempted,
 		gc:        c.gc - o.gc,
 		gcCycles:  c.gcCycles - o.gcCycles,
+
+		runtimeTotal: c.runtimeTotal - o.runtimeTotal,
 	}
 }
 
@@ -99,6 +112,7 @@ func (c *procCounters) add(o procCounters) {
 	c.preempted += o.preempted
 	c.gc += o.gc
 	c.gcCycles += o.gcCycles
+	c.runtimeTotal += o.runtimeTotal
 }
 
 // processCounters reads this process's counters; zero when getrusage fails.
@@ -109,7 +123,7 @@ func processCounters() procCounters {
 		c.user, c.sys = time.Duration(ru.Utime.Nano()), time.Duration(ru.Stime.Nano())
 		c.minFaults, c.voluntary, c.preempted = ru.Minflt, ru.Nvcsw, ru.Nivcsw
 	}
-	samples := []metrics.Sample{{Name: metricGCCPU}, {Name: metricGCCycles}}
+	samples := []metrics.Sample{{Name: metricGCCPU}, {Name: metricGCCycles}, {Name: metricRuntimeCPU}}
 	metrics.Read(samples)
 	if samples[0].Value.Kind() == metrics.KindFloat64 {
 		c.gc = time.Duration(samples[0].Value.Float64() * float64(time.Second))
@@ -117,42 +131,52 @@ func processCounters() procCounters {
 	if samples[1].Value.Kind() == metrics.KindUint64 {
 		c.gcCycles = int64(samples[1].Value.Uint64()) //nolint:gosec // G115: a count of GC cycles
 	}
+	if samples[2].Value.Kind() == metrics.KindFloat64 {
+		c.runtimeTotal = time.Duration(samples[2].Value.Float64() * float64(time.Second))
+	}
 	return c
 }
 
 // The runtime/metrics of procCounters.
 const (
-	metricGCCPU    = "/cpu/classes/gc/total:cpu-seconds"
-	metricGCCycles = "/gc/cycles/total:gc-cycles"
+	metricGCCPU      = "/cpu/classes/gc/total:cpu-seconds"
+	metricGCCycles   = "/gc/cycles/total:gc-cycles"
+	metricRuntimeCPU = "/cpu/classes/total:cpu-seconds"
 )
 
-// postgresCPU returns the user and system CPU time of each process named "postgres" (the
-// server and its backends, when the database runs on this machine), or nil when there is none.
-func postgresCPU() map[int]time.Duration {
+// The command names of the local database servers whose CPU time the report shows.
+const (
+	postgresProcess = "postgres"     // the server and its backends
+	redisProcess    = "redis-server" // the redis_rate baseline's server
+)
+
+// serverCPU returns, for each of names, the user and system CPU time of each process of that
+// command name (a server running on this machine), by PID; a name without processes has none.
+func serverCPU(names ...string) map[string]map[int]time.Duration {
 	paths, err := filepath.Glob("/proc/[0-9]*/stat")
 	if err != nil {
 		return nil
 	}
-	var byPID map[int]time.Duration
+	byName := make(map[string]map[int]time.Duration)
 	for _, path := range paths {
 		data, err := os.ReadFile(path) //nolint:gosec // G304: path is /proc/<pid>/stat, from the glob above
 		if err != nil {
 			continue // gone meanwhile
 		}
 		comm, utime, stime, ok := parseProcStat(data)
-		if !ok || comm != "postgres" {
+		if !ok || !slices.Contains(names, comm) {
 			continue
 		}
 		pid, err := strconv.Atoi(filepath.Base(filepath.Dir(path)))
 		if err != nil {
 			continue
 		}
-		if byPID == nil {
-			byPID = make(map[int]time.Duration)
+		if byName[comm] == nil {
+			byName[comm] = make(map[int]time.Duration)
 		}
-		byPID[pid] = time.Duration(utime+stime) * clockTick
+		byName[comm][pid] = time.Duration(utime+stime) * clockTick
 	}
-	return byPID
+	return byName
 }
 
 // parseProcStat reads the command name and the utime and stime fields (14 and 15, in clock

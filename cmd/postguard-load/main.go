@@ -26,6 +26,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 func main() {
@@ -50,6 +52,7 @@ var errUsage = errors.New("usage")
 const (
 	scenarioCeiling     = "ceiling"
 	scenarioManyIPs     = "http-many-ips"
+	scenarioRedis       = "redis"
 	scenarioHotIP       = "http-hot-ip"
 	scenarioRegister    = "register"
 	scenarioEmailDrain  = "email-drain"
@@ -58,7 +61,7 @@ const (
 )
 
 var allScenarios = []string{
-	scenarioCeiling, scenarioManyIPs, scenarioHotIP, scenarioRegister, scenarioEmailDrain, scenarioSQLite,
+	scenarioCeiling, scenarioManyIPs, scenarioRedis, scenarioHotIP, scenarioRegister, scenarioEmailDrain, scenarioSQLite,
 }
 
 // Bounds of the flags, so that every loop stops by itself.
@@ -87,6 +90,7 @@ type options struct {
 	FetchCooldown     time.Duration
 	FetchPollInterval time.Duration
 	CPUProfile        string
+	RedisURL          string
 }
 
 // Validate reports the first bad option.
@@ -97,8 +101,8 @@ func (o *options) Validate() error {
 		return errors.New("-database-url must be a postgres:// URL or sqlite://PATH")
 	case o.Concurrency < 1 || o.Concurrency > maxConcurrency:
 		return fmt.Errorf("-concurrency must be between 1 and %d", maxConcurrency)
-	case o.HoldConcurrency < 1 || o.HoldConcurrency > maxConcurrency:
-		return fmt.Errorf("-hold-concurrency must be between 1 and %d", maxConcurrency)
+	case o.HoldConcurrency < 0 || o.HoldConcurrency > maxConcurrency:
+		return fmt.Errorf("-hold-concurrency must be 0 (sized by the tool) or between 1 and %d", maxConcurrency)
 	case o.Registrations < 1 || o.Registrations > maxConcurrency:
 		return fmt.Errorf("-registrations must be between 1 and %d", maxConcurrency)
 	case o.Duration <= 0 || o.Duration > maxDuration:
@@ -115,6 +119,9 @@ func (o *options) Validate() error {
 		return errors.New("-fetch-cooldown must be at least 1ms and -fetch-poll-interval at least -fetch-cooldown (River's bounds)")
 	case len(o.Scenarios) == 0:
 		return errors.New("-scenarios names no scenario")
+	}
+	if _, err := redis.ParseURL(o.RedisURL); err != nil {
+		return fmt.Errorf("-redis-url must be a redis:// URL: %w", err)
 	}
 	for _, s := range o.Scenarios {
 		if !slices.Contains(allScenarios, s) {
@@ -157,15 +164,20 @@ Flags:
 	fs.BoolVar(&opts.JSON, "json", false, "print the report as JSON instead of a table")
 	fs.IntVar(&opts.Registrations, "registrations", 200, "concurrent clients of the register scenario (its peak RSS is checked)")
 	fs.IntVar(&opts.Mails, "mails", 500, "verification mails drained per email-drain phase")
-	fs.IntVar(&opts.HoldConcurrency, "hold-concurrency", 512,
-		"concurrent clients of http-many-ips (and sqlite): forgot-password holds every admitted answer for at least\n"+
-			"100ms (uniform timing), so the rate at N clients can never exceed N/0.1s; this many keeps the hold from capping it")
+	fs.IntVar(&opts.HoldConcurrency, "hold-concurrency", 0,
+		"concurrent clients of the held rows (http-many-ips, redis, sqlite): forgot-password holds every answer for at\n"+
+			"least 100ms (uniform timing), so N clients can never measure more than N/0.1s. 0 sizes N from the run's\n"+
+			"ceiling: ceil(ceiling/pair's rate × 0.1s × 2), at most 10000 (fewer if file descriptors are short); a row\n"+
+			"at ≥ 90% of N/0.1s is flagged \"capped by clients\" and passes no target")
 	fs.IntVar(&opts.ExistingKeys, "existing-keys", 10_000, "size of the pre-filled key set cycled by ceiling/existing-keys")
 	fs.IntVar(&opts.Budget, "budget", 20, "sends per second the fake Resend allows in email-drain/budget, and the service's RESEND_MAX_RPS there")
 	fs.IntVar(&opts.EmailWorkers, "email-workers", 10, "EMAIL_WORKERS of the email-drain phases")
 	fs.DurationVar(&opts.FetchCooldown, "fetch-cooldown", 5*time.Millisecond, "River FetchCooldown (JOB_FETCH_COOLDOWN) of the email-drain phases")
 	fs.DurationVar(&opts.FetchPollInterval, "fetch-poll-interval", 100*time.Millisecond, "River FetchPollInterval (JOB_FETCH_POLL_INTERVAL) of the email-drain phases")
 	fs.StringVar(&opts.CPUProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
+	fs.StringVar(&opts.RedisURL, "redis-url", redisURLFallback,
+		"Redis of the redis scenario's baseline (the limiter on github.com/go-redis/redis_rate); without a Redis\n"+
+			"answering there within 1s, that row is skipped and the report says why")
 
 	if err := fs.Parse(args); err != nil {
 		return nil, err

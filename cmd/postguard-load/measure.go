@@ -103,6 +103,7 @@ func (s *sample) add(o *sample) {
 	s.cpu.self += o.cpu.self
 	s.cpu.proc.add(o.cpu.proc)
 	s.cpu.db += o.cpu.db
+	s.cpu.redis += o.cpu.redis
 	s.cpu.dbSeen = s.cpu.dbSeen && o.cpu.dbSeen
 	s.hist.merge(&o.hist)
 }

@@ -52,6 +52,11 @@ type Row struct {
 	// requests (part of CPUPerRequestUS), and GCCyclesPerRequest the collections per request.
 	GCCPUPerRequestUS  float64 `json:"gc_cpu_per_request_us"`
 	GCCyclesPerRequest float64 `json:"gc_cycles_per_request"`
+	// GCCPUPercent is the garbage collector's CPU time as a share of the CPU time the runtime had
+	// (runtime/metrics /cpu/classes/total: GOMAXPROCS × the measurement, idle included), and
+	// GCCPUBusyPercent its share of the CPU this process used (user+sys).
+	GCCPUPercent     float64 `json:"gc_cpu_percent"`
+	GCCPUBusyPercent float64 `json:"gc_cpu_busy_percent"`
 	// FaultsPerRequest is this process's minor page faults over the requests: memory the Go
 	// runtime touches afresh, after getting it from the kernel or returning it (scavenging).
 	FaultsPerRequest float64 `json:"minor_faults_per_request"`
@@ -62,8 +67,11 @@ type Row struct {
 	// DBCPUPerRequestUS is the local PostgreSQL server's CPU time (all its processes) over the
 	// requests; absent on SQLite rows or when the server is not on this machine.
 	DBCPUPerRequestUS *float64 `json:"db_cpu_per_request_us,omitempty"`
+	// RedisCPUPerRequestUS is the local Redis server's CPU time over the requests, on the row
+	// whose limiter counts in Redis.
+	RedisCPUPerRequestUS *float64 `json:"redis_cpu_per_request_us,omitempty"`
 	// OthersPercent is the share of the machine's CPU capacity that other processes (neither
-	// this one nor PostgreSQL) used during the measurement: a noisy neighbour shows here.
+	// this one, PostgreSQL nor Redis) used during the measurement: a noisy neighbour shows here.
 	OthersPercent *float64 `json:"others_cpu_percent,omitempty"`
 	// Ratio is Rate over the Baseline row's rate (or Baseline's figure), when measured.
 	Ratio    *float64 `json:"ratio,omitempty"`
@@ -71,6 +79,12 @@ type Row struct {
 	// Target is the least ratio wanted; Pass is set when there is a target and a ratio.
 	Target *float64 `json:"target,omitempty"`
 	Pass   *bool    `json:"pass,omitempty"`
+	// ClientCap is, on a row whose every answer is held (forgot-password), the most requests a
+	// second its clients can make: clients over the hold. CappedByClients is set when Rate is at
+	// least cappedFraction of it: the figure then measures the clients, not the service, and no
+	// comparison with it passes.
+	ClientCap       *float64 `json:"client_cap_per_second,omitempty"`
+	CappedByClients bool     `json:"capped_by_clients,omitempty"`
 	// Derived rows are computed from others (no requests of their own, no latency).
 	Derived  bool   `json:"derived,omitempty"`
 	Note     string `json:"note,omitempty"`
@@ -104,6 +118,12 @@ func rowFromSample(scenario, unit string, clients int, s *sample) *Row {
 		row.FaultsPerRequest = round(float64(s.cpu.proc.minFaults)/n, 1)
 		row.GCCPUPerRequestUS = round(float64(s.cpu.proc.gc.Microseconds())/n, 1)
 		row.GCCyclesPerRequest = round(float64(s.cpu.proc.gcCycles)/n, 3)
+		if s.cpu.proc.runtimeTotal > 0 {
+			row.GCCPUPercent = round(100*float64(s.cpu.proc.gc)/float64(s.cpu.proc.runtimeTotal), 1)
+		}
+		if s.cpu.self > 0 {
+			row.GCCPUBusyPercent = round(100*float64(s.cpu.proc.gc)/float64(s.cpu.self), 1)
+		}
 		row.SwitchesPerRequest = round(float64(s.cpu.proc.voluntary)/n, 1)
 		row.PreemptionsPerRequest = round(float64(s.cpu.proc.preempted)/n, 1)
 		if s.cpu.dbSeen {
@@ -165,6 +185,17 @@ func (r *Report) compare(row *Row, baseline string, target float64) {
 		return
 	}
 	row.setRatio(row.Rate/base.Rate, target)
+	if row.CappedByClients || base.CappedByClients {
+		capped := row.Scenario
+		if !row.CappedByClients {
+			capped = baseline
+		}
+		row.addNote("no verdict: " + capped + " is capped by clients, so the ratio is not the service's")
+		if row.Pass != nil {
+			fail := false
+			row.Pass = &fail
+		}
+	}
 
 	if row.OthersPercent != nil && base.OthersPercent != nil {
 		a, b := *row.OthersPercent, *base.OthersPercent
@@ -207,6 +238,9 @@ func (r *Report) finish() {
 			continue
 		}
 		why := fmt.Sprintf("%s: ratio %.3f to %s, target ≥ %.2f", row.Scenario, *row.Ratio, row.Baseline, *row.Target)
+		if base := r.row(row.Baseline); row.CappedByClients || (base != nil && base.CappedByClients) {
+			why += " — capped by clients: rerun with a larger -hold-concurrency"
+		}
 		if row.Errors > 0 {
 			why += fmt.Sprintf(" (%d failed requests: %s)", row.Errors, row.FirstErr)
 		}
@@ -283,6 +317,9 @@ func (r *Report) writeTable(w io.Writer) error {
 			if !*row.Pass {
 				result = "FAIL"
 			}
+		}
+		if row.CappedByClients {
+			result = "CAPPED"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.1f %s/s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
 			row.Scenario, clients, requests, errs, row.Rate, row.Unit, p50, p99, ratio, baseline, target, result, cpu, sys, gc, faults, dbCPU, others)

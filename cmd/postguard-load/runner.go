@@ -5,14 +5,16 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"github.com/jackc/pgx/v5"
 	"io"
 	"log/slog"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // runner runs the selected scenarios against one engine and fills the report.
@@ -31,9 +33,61 @@ type runner struct {
 	clientIPs atomic.Uint32 // the next client IP, counted in 10.0.0.0/8
 	report    *Report
 
-	// pendingCeiling, when set, measures the second half of ceiling/fresh-keys and adds the
-	// ceiling's rows (see ceiling).
-	pendingCeiling func()
+	// pending are the interleaved scenarios' second halves and rows (see later).
+	pending []pendingStep
+
+	// pairBound is ceiling/pair's rate over the first half of ceiling/fresh-keys, 0 until
+	// measured: the bound the held rows' clients are sized by.
+	pairBound float64
+	// clientLimit is the most held clients this process can keep connected (its file
+	// descriptors); sizing is the held rows' clients, chosen once (holdSizing).
+	clientLimit clientLimit
+	sizing      *holdSizing
+	heldBatches int // the held measurements made so far, numbering their emails
+}
+
+// pendingStep is what an interleaved scenario does once the scenarios after it have measured:
+// measure (its second half; may be nil), report (add its rows), cleanup (when the run stops
+// before measure; may be nil).
+type pendingStep struct {
+	measure, report, cleanup func()
+}
+
+// interleavedScenarios run in a nest, so that a drift of the machine's load weighs on each row and
+// its baseline alike: ceiling/fresh-keys (1/2), http-many-ips (1/2), redis/http-many-ips,
+// http-many-ips (2/2), ceiling/fresh-keys (2/2). Each pushes its second half with later; the
+// rows are added once all have measured, in the order of allScenarios.
+var interleavedScenarios = []string{scenarioCeiling, scenarioManyIPs, scenarioRedis}
+
+// later queues an interleaved scenario's second half and rows (see pendingStep).
+func (r *runner) later(measure, report, cleanup func()) {
+	r.pending = append(r.pending, pendingStep{measure: measure, report: report, cleanup: cleanup})
+}
+
+// finishLater measures the queued second halves, the last queued first, then adds the rows in
+// the order they were queued (a row's baseline before it).
+func (r *runner) finishLater() {
+	pending := r.pending
+	r.pending = nil
+	for i := len(pending) - 1; i >= 0; i-- {
+		if pending[i].measure != nil {
+			pending[i].measure()
+		}
+	}
+	for _, p := range pending {
+		p.report()
+	}
+}
+
+// dropLater cleans up what is queued without measuring it, when the run stops early.
+func (r *runner) dropLater() {
+	pending := r.pending
+	r.pending = nil
+	for i := len(pending) - 1; i >= 0; i-- {
+		if pending[i].cleanup != nil {
+			pending[i].cleanup()
+		}
+	}
 }
 
 func newRunner(opts *options, stderr io.Writer) *runner {
@@ -114,6 +168,8 @@ func (r *runner) run(ctx context.Context) (*Report, error) {
 		}
 	}()
 
+	r.clientLimit = r.fileLimit()
+
 	fmt.Fprintf(r.stderr, "postguard-load: preparing %s database…\n", r.engine)
 	mainDB, cleanup, err := r.newDatabase(ctx, r.engine, "main")
 	if err != nil {
@@ -126,6 +182,7 @@ func (r *runner) run(ctx context.Context) (*Report, error) {
 		return nil, err
 	}
 	defer store.Close()
+	defer r.dropLater()
 	if r.engine == enginePostgres {
 		r.report.Engine = enginePostgres + serverVersion(ctx, mainDB.url)
 	}
@@ -135,9 +192,8 @@ func (r *runner) run(ctx context.Context) (*Report, error) {
 		run      func(ctx context.Context) error
 	}{
 		{scenarioCeiling, func(ctx context.Context) error { return r.ceiling(ctx, store) }},
-		{scenarioManyIPs, func(ctx context.Context) error {
-			return r.manyIPs(ctx, mainDB, scenarioManyIPs, rowCeilingPair, targetManyIPs)
-		}},
+		{scenarioManyIPs, func(ctx context.Context) error { return r.manyIPs(ctx, mainDB) }},
+		{scenarioRedis, func(ctx context.Context) error { return r.redisManyIPs(ctx, mainDB) }},
 		{scenarioHotIP, func(ctx context.Context) error { return r.hotIP(ctx, mainDB) }},
 		{scenarioRegister, func(ctx context.Context) error { return r.register(ctx, mainDB) }},
 		{scenarioEmailDrain, r.emailDrain},
@@ -147,6 +203,9 @@ func (r *runner) run(ctx context.Context) (*Report, error) {
 		if !r.opts.selected(step.scenario) {
 			continue
 		}
+		if !slices.Contains(interleavedScenarios, step.scenario) {
+			r.finishLater()
+		}
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("interrupted before %s: %w", step.scenario, err)
 		}
@@ -154,12 +213,16 @@ func (r *runner) run(ctx context.Context) (*Report, error) {
 			return nil, fmt.Errorf("error in scenario %s: %w", step.scenario, err)
 		}
 	}
-	r.finishCeiling() // when http-many-ips failed to run after it
+	r.finishLater() // when only interleaved scenarios ran
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("interrupted: %w", err)
+	}
 
 	r.report.Notes = append(r.report.Notes,
 		"CPU/req is this process's user+sys CPU (service and load clients together) over requests; DB CPU/req is the local PostgreSQL "+
-			"server's (all its processes; SQLite runs in-process, so its cost is in CPU/req); others is the share of the machine's CPU "+
-			"capacity that other processes used meanwhile (a noisy neighbour slows every figure it overlaps)",
+			"server's (all its processes; SQLite runs in-process, so its cost is in CPU/req; the local Redis server's is in the JSON "+
+			"report's redis_cpu_per_request_us); others is the share of the machine's CPU capacity that other processes used "+
+			"meanwhile (a noisy neighbour slows every figure it overlaps)",
 		"the service runs as `postguard api` would: production pools and timeouts, access log formatted at info level and discarded")
 	r.report.ServiceWarnings = r.warnings.all()
 	r.report.finish()
@@ -180,3 +243,23 @@ func serverVersion(ctx context.Context, databaseURL string) string {
 	}
 	return " (PostgreSQL " + strings.Fields(version)[0] + ")"
 }
+
+// fileLimit raises the soft RLIMIT_NOFILE to the hard one and returns the held clients it allows;
+// the report notes the limit when it bounds them or could not be read.
+func (r *runner) fileLimit() clientLimit {
+	soft, was, err := raiseFileLimit()
+	switch {
+	case err != nil && soft == 0:
+		soft = fallbackFileLimit
+		r.report.Notes = append(r.report.Notes, fmt.Sprintf("file descriptors: %v; assuming %d", err, soft))
+	case err != nil:
+		r.report.Notes = append(r.report.Notes, fmt.Sprintf("file descriptors: %v", err))
+	case soft > was:
+		r.report.Notes = append(r.report.Notes, fmt.Sprintf("file descriptors: RLIMIT_NOFILE raised from %d to its hard limit %d", was, soft))
+	}
+	return maxHoldClients(soft)
+}
+
+// fallbackFileLimit is the file-descriptor limit assumed when it cannot be read: the usual
+// default soft limit.
+const fallbackFileLimit = 1024

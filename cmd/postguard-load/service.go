@@ -43,12 +43,21 @@ type loadService struct {
 	closed sync.Once
 }
 
+// serviceOpts are what a scenario changes in the service it starts. A nil *serviceOpts changes
+// nothing.
+type serviceOpts struct {
+	// apiConfigFunc makes last changes to the API's config, after the tool's own (the redis_rate
+	// baseline's limiter).
+	apiConfigFunc func(config *api.Config)
+}
+
 // startService serves the API of d on 127.0.0.1 with its own limiter (rules) and metrics
-// registry, and returns it with an HTTP client keeping up to clients connections alive.
+// registry, and returns it with an HTTP client keeping up to clients connections alive, one per
+// client, so that no client dials again between its requests.
 //
 // The server's goroutines carry the pprof label scenario=name, as the load clients' do, so that
 // -cpuprofile can be read per scenario.
-func (r *runner) startService(ctx context.Context, name string, d *database, rules abuse.Rules, clients int) (*loadService, error) {
+func (r *runner) startService(ctx context.Context, name string, d *database, rules abuse.Rules, clients int, opts *serviceOpts) (*loadService, error) {
 	trusted, err := abuse.ParseTrustedProxies(trustedProxy)
 	if err != nil {
 		return nil, fmt.Errorf("error parsing trusted proxies: %w", err)
@@ -70,6 +79,9 @@ func (r *runner) startService(ctx context.Context, name string, d *database, rul
 			// Explicit, so that the register scenario's bound on concurrent hashes is the very
 			// concurrency of its argon2id-hash baseline.
 			config.HashConcurrency = hashConcurrency()
+			if opts != nil && opts.apiConfigFunc != nil {
+				opts.apiConfigFunc(config)
+			}
 		},
 	})
 	if err != nil {

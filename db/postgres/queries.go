@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -369,6 +370,78 @@ func (c *counters) RateLimitCounterConsume(ctx context.Context, params *db.RateL
 	return count, err == nil, wrap("consuming rate limit counter", err)
 }
 
+// RateLimitCounterConsumeChain implements db.Counters in one statement, and so one round trip,
+// on the rate-limit pool: the user is read on it too (a read does not care for its commits).
+func (c *counters) RateLimitCounterConsumeChain(ctx context.Context, params *db.RateLimitCounterChainParams) (*db.RateLimitCounterChainResult, error) {
+	if len(params.Windows) == 1 && params.UserEmail == "" {
+		// One window alone: the single statement, a third of the chain's parameters and none of
+		// its CTEs to plan.
+		count, ok, err := c.RateLimitCounterConsume(ctx, &params.Windows[0])
+		switch {
+		case err != nil:
+			return nil, err
+		case !ok:
+			return &db.RateLimitCounterChainResult{}, nil
+		}
+		return &db.RateLimitCounterChainResult{Counts: []int64{count}}, nil
+	}
+	arg, err := chainArgs(params)
+	if err != nil {
+		return nil, err
+	}
+	// Not idempotent: a retry after a lost answer would count twice.
+	row, err := retryOnce(ctx, false, func() (*dbsqlc.RateLimitCounterConsumeChainRow, error) {
+		return sqlc.RateLimitCounterConsumeChain(ctx, c.pool, arg)
+	})
+	if err != nil {
+		return nil, wrap("consuming rate limit counters", err)
+	}
+	result := &db.RateLimitCounterChainResult{}
+	for _, count := range []int64{row.Count1, row.Count2, row.Count3}[:len(params.Windows)] {
+		if count == 0 {
+			break
+		}
+		result.Counts = append(result.Counts, count)
+	}
+	if row.UserID != nil {
+		result.User = &db.User{
+			ID:              *row.UserID,
+			Email:           *row.UserEmail,
+			Name:            *row.UserName,
+			PasswordHash:    *row.UserPasswordHash,
+			EmailVerifiedAt: row.UserEmailVerifiedAt,
+			UnsubscribedAt:  row.UserUnsubscribedAt,
+			CreatedAt:       *row.UserCreatedAt,
+			UpdatedAt:       *row.UserUpdatedAt,
+			Locale:          *row.UserLocale,
+		}
+	}
+	return result, nil
+}
+
+// chainArgs are the statement's arguments for params: its unused windows' keys NULL.
+func chainArgs(params *db.RateLimitCounterChainParams) (dbsqlc.RateLimitCounterConsumeChainParams, error) {
+	w := params.Windows
+	if len(w) == 0 || len(w) > db.RateLimitChainMax {
+		return dbsqlc.RateLimitCounterConsumeChainParams{}, fmt.Errorf("a rate limit chain has 1 to %d windows, got %d", db.RateLimitChainMax, len(w))
+	}
+	for i := range w {
+		if len(w[i].KeyHash) == 0 { // a NULL key would end the chain there
+			return dbsqlc.RateLimitCounterConsumeChainParams{}, fmt.Errorf("rate limit chain window %d has no key", i+1)
+		}
+	}
+	w = append(w, make([]db.RateLimitCounterConsumeParams, db.RateLimitChainMax-len(w))...)
+	arg := dbsqlc.RateLimitCounterConsumeChainParams{
+		KeyHash1: w[0].KeyHash, WindowStart1: w[0].WindowStart, WindowEnd1: w[0].WindowEnd, LimitCount1: w[0].LimitCount,
+		KeyHash2: w[1].KeyHash, WindowStart2: w[1].WindowStart, WindowEnd2: w[1].WindowEnd, LimitCount2: w[1].LimitCount,
+		KeyHash3: w[2].KeyHash, WindowStart3: w[2].WindowStart, WindowEnd3: w[2].WindowEnd, LimitCount3: w[2].LimitCount,
+	}
+	if params.UserEmail != "" {
+		arg.UserEmail = &params.UserEmail
+	}
+	return arg, nil
+}
+
 // RateLimitCounterGet implements db.Counters: no row is a count of 0.
 func (c *counters) RateLimitCounterGet(ctx context.Context, params *db.RateLimitCounterGetParams) (int64, error) {
 	count, err := retryOnce(ctx, true, func() (int64, error) {
@@ -378,6 +451,32 @@ func (c *counters) RateLimitCounterGet(ctx context.Context, params *db.RateLimit
 		return 0, nil
 	}
 	return count, wrap("reading rate limit counter", err)
+}
+
+// RateLimitCounterGetMany implements db.Counters in one statement.
+func (c *counters) RateLimitCounterGetMany(ctx context.Context, windows []db.RateLimitCounterGetParams) ([]int64, error) {
+	arg := dbsqlc.RateLimitCounterGetManyParams{
+		KeyHashes:    make([][]byte, len(windows)),
+		WindowStarts: make([]time.Time, len(windows)),
+	}
+	for i, w := range windows {
+		arg.KeyHashes[i], arg.WindowStarts[i] = w.KeyHash, w.WindowStart
+	}
+	rows, err := retryOnce(ctx, true, func() ([]*dbsqlc.RateLimitCounterGetManyRow, error) {
+		return sqlc.RateLimitCounterGetMany(ctx, c.pool, arg)
+	})
+	if err != nil {
+		return nil, wrap("reading rate limit counters", err)
+	}
+	counts := make([]int64, len(windows))
+	for _, row := range rows {
+		for i, w := range windows {
+			if bytes.Equal(row.KeyHash, w.KeyHash) && row.WindowStart.Equal(w.WindowStart) {
+				counts[i] = row.Count
+			}
+		}
+	}
+	return counts, nil
 }
 
 // RateLimitCounterDelete implements db.Counters. Deleting twice leaves what deleting once does,

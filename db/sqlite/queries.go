@@ -373,6 +373,53 @@ func (q *queries) RateLimitCounterConsume(ctx context.Context, params *db.RateLi
 	return count, true, nil
 }
 
+// RateLimitCounterConsumeChain implements db.Counters: its statements run one after another on
+// one connection, taken once, outside any transaction (each is atomic on its own, as on
+// PostgreSQL), and the user is read on it last. SQLite runs in the process: one call is the
+// round trip.
+func (q *queries) RateLimitCounterConsumeChain(ctx context.Context, params *db.RateLimitCounterChainParams) (*db.RateLimitCounterChainResult, error) {
+	if n := len(params.Windows); n == 0 || n > db.RateLimitChainMax {
+		return nil, fmt.Errorf("a rate limit chain has 1 to %d windows, got %d", db.RateLimitChainMax, n)
+	}
+	if len(params.Windows) == 1 && params.UserEmail == "" { // one statement: no connection to hold
+		count, ok, err := q.RateLimitCounterConsume(ctx, &params.Windows[0])
+		switch {
+		case err != nil:
+			return nil, err
+		case !ok:
+			return &db.RateLimitCounterChainResult{}, nil
+		}
+		return &db.RateLimitCounterChainResult{Counts: []int64{count}}, nil
+	}
+	onConn, release, err := q.oneConn(ctx)
+	if err != nil {
+		return nil, failed("consuming rate limit counters", err)
+	}
+	defer release()
+	result := &db.RateLimitCounterChainResult{}
+	for i := range params.Windows {
+		count, ok, err := onConn.RateLimitCounterConsume(ctx, &params.Windows[i])
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return result, nil
+		}
+		result.Counts = append(result.Counts, count)
+	}
+	if params.UserEmail != "" {
+		user, err := onConn.UserGetByEmail(ctx, params.UserEmail)
+		switch {
+		case errors.Is(err, db.ErrNotFound):
+		case err != nil:
+			return nil, err
+		default:
+			result.User = user
+		}
+	}
+	return result, nil
+}
+
 // RateLimitCounterGet implements db.Counters: no row is a count of 0.
 func (q *queries) RateLimitCounterGet(ctx context.Context, params *db.RateLimitCounterGetParams) (int64, error) {
 	count, err := sqlc.RateLimitCounterGet(ctx, q.dbtx, dbsqlc.RateLimitCounterGetParams{KeyHash: params.KeyHash, WindowStart: us(params.WindowStart)})
@@ -380,6 +427,39 @@ func (q *queries) RateLimitCounterGet(ctx context.Context, params *db.RateLimitC
 		return 0, nil
 	}
 	return count, failed("reading rate limit counter", err)
+}
+
+// RateLimitCounterGetMany implements db.Counters: one statement per window, on one connection
+// taken once, like RateLimitCounterConsumeChain.
+func (q *queries) RateLimitCounterGetMany(ctx context.Context, windows []db.RateLimitCounterGetParams) ([]int64, error) {
+	onConn, release, err := q.oneConn(ctx)
+	if err != nil {
+		return nil, failed("reading rate limit counters", err)
+	}
+	defer release()
+	counts := make([]int64, len(windows))
+	for i := range windows {
+		count, err := onConn.RateLimitCounterGet(ctx, &windows[i])
+		if err != nil {
+			return nil, err
+		}
+		counts[i] = count
+	}
+	return counts, nil
+}
+
+// oneConn is q on one connection of its *sql.DB, taken once for several statements, and its
+// release; q itself when it runs on a connection or a transaction already.
+func (q *queries) oneConn(ctx context.Context) (*queries, func(), error) {
+	pool, ok := q.dbtx.(*sql.DB)
+	if !ok {
+		return q, func() {}, nil
+	}
+	conn, err := pool.Conn(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &queries{dbtx: conn}, func() { conn.Close() }, nil
 }
 
 // RateLimitCounterDelete implements db.Counters.

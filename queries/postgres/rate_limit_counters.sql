@@ -45,3 +45,76 @@ WHERE (key_hash, window_start) IN (
 DELETE FROM rate_limit_counters
 WHERE key_hash = @key_hash::bytea
     AND window_start = @window_start::timestamptz;
+
+-- name: RateLimitCounterConsumeChain :one
+-- RateLimitCounterConsumeChain spends one request of up to three fixed windows, in order, in one
+-- statement and so one round trip: each window is spent as RateLimitCounterConsume spends it, and
+-- only when the one before it admitted (a data-modifying CTE runs once, and "second" reads
+-- "first"'s RETURNING, so it inserts nothing when "first" refused). A window whose key is NULL is
+-- not part of the chain, nor is any after it. A count of 0 says that window refused or was not
+-- spent (an admitted window counts at least 1). When @user_email is not NULL and every window of the chain admitted, the user with that
+-- email is read in the same statement (its columns NULL when there is none). The windows' keys
+-- are of different scopes, so no two CTEs touch one row, and every statement locks its rows in
+-- the same order of scopes: concurrent chains cannot deadlock.
+WITH first AS (
+    INSERT INTO rate_limit_counters (key_hash, window_start, window_end, count, limit_count)
+    VALUES (@key_hash_1::bytea, @window_start_1::timestamptz, @window_end_1::timestamptz, 1, @limit_count_1::bigint)
+    ON CONFLICT (key_hash, window_start) DO UPDATE
+    SET count = rate_limit_counters.count + 1
+    WHERE rate_limit_counters.count < excluded.limit_count
+    RETURNING count
+),
+second AS (
+    INSERT INTO rate_limit_counters (key_hash, window_start, window_end, count, limit_count)
+    SELECT sqlc.narg(key_hash_2)::bytea, @window_start_2::timestamptz, @window_end_2::timestamptz, 1, @limit_count_2::bigint
+    FROM first
+    WHERE sqlc.narg(key_hash_2)::bytea IS NOT NULL
+    ON CONFLICT (key_hash, window_start) DO UPDATE
+    SET count = rate_limit_counters.count + 1
+    WHERE rate_limit_counters.count < excluded.limit_count
+    RETURNING count
+),
+third AS (
+    INSERT INTO rate_limit_counters (key_hash, window_start, window_end, count, limit_count)
+    SELECT sqlc.narg(key_hash_3)::bytea, @window_start_3::timestamptz, @window_end_3::timestamptz, 1, @limit_count_3::bigint
+    FROM second
+    WHERE sqlc.narg(key_hash_3)::bytea IS NOT NULL
+    ON CONFLICT (key_hash, window_start) DO UPDATE
+    SET count = rate_limit_counters.count + 1
+    WHERE rate_limit_counters.count < excluded.limit_count
+    RETURNING count
+),
+counts AS (
+    SELECT
+        coalesce((SELECT count FROM first), 0)::bigint AS count_1,
+        coalesce((SELECT count FROM second), 0)::bigint AS count_2,
+        coalesce((SELECT count FROM third), 0)::bigint AS count_3
+)
+SELECT
+    counts.count_1,
+    counts.count_2,
+    counts.count_3,
+    users.id AS user_id,
+    users.email AS user_email,
+    users.name AS user_name,
+    users.password_hash AS user_password_hash,
+    users.email_verified_at AS user_email_verified_at,
+    users.unsubscribed_at AS user_unsubscribed_at,
+    users.created_at AS user_created_at,
+    users.updated_at AS user_updated_at,
+    users.locale AS user_locale
+FROM counts
+LEFT JOIN users
+    ON users.email = sqlc.narg(user_email)::text
+    AND counts.count_1 > 0
+    AND (sqlc.narg(key_hash_2)::bytea IS NULL OR counts.count_2 > 0)
+    AND (sqlc.narg(key_hash_3)::bytea IS NULL OR counts.count_3 > 0);
+
+-- name: RateLimitCounterGetMany :many
+-- RateLimitCounterGetMany reads the counts of several fixed windows in one statement, spending
+-- nothing: the i-th key with the i-th window start. A window with nothing counted has no row.
+SELECT rate_limit_counters.key_hash, rate_limit_counters.window_start, rate_limit_counters.count
+FROM rate_limit_counters
+WHERE (rate_limit_counters.key_hash, rate_limit_counters.window_start) IN (
+    SELECT unnest(@key_hashes::bytea[]), unnest(@window_starts::timestamptz[])
+);

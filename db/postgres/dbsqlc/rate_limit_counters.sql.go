@@ -52,6 +52,136 @@ func (q *Queries) RateLimitCounterConsume(ctx context.Context, db DBTX, arg Rate
 	return count, err
 }
 
+const rateLimitCounterConsumeChain = `-- name: RateLimitCounterConsumeChain :one
+WITH first AS (
+    INSERT INTO rate_limit_counters (key_hash, window_start, window_end, count, limit_count)
+    VALUES ($4::bytea, $5::timestamptz, $6::timestamptz, 1, $7::bigint)
+    ON CONFLICT (key_hash, window_start) DO UPDATE
+    SET count = rate_limit_counters.count + 1
+    WHERE rate_limit_counters.count < excluded.limit_count
+    RETURNING count
+),
+second AS (
+    INSERT INTO rate_limit_counters (key_hash, window_start, window_end, count, limit_count)
+    SELECT $2::bytea, $8::timestamptz, $9::timestamptz, 1, $10::bigint
+    FROM first
+    WHERE $2::bytea IS NOT NULL
+    ON CONFLICT (key_hash, window_start) DO UPDATE
+    SET count = rate_limit_counters.count + 1
+    WHERE rate_limit_counters.count < excluded.limit_count
+    RETURNING count
+),
+third AS (
+    INSERT INTO rate_limit_counters (key_hash, window_start, window_end, count, limit_count)
+    SELECT $3::bytea, $11::timestamptz, $12::timestamptz, 1, $13::bigint
+    FROM second
+    WHERE $3::bytea IS NOT NULL
+    ON CONFLICT (key_hash, window_start) DO UPDATE
+    SET count = rate_limit_counters.count + 1
+    WHERE rate_limit_counters.count < excluded.limit_count
+    RETURNING count
+),
+counts AS (
+    SELECT
+        coalesce((SELECT count FROM first), 0)::bigint AS count_1,
+        coalesce((SELECT count FROM second), 0)::bigint AS count_2,
+        coalesce((SELECT count FROM third), 0)::bigint AS count_3
+)
+SELECT
+    counts.count_1,
+    counts.count_2,
+    counts.count_3,
+    users.id AS user_id,
+    users.email AS user_email,
+    users.name AS user_name,
+    users.password_hash AS user_password_hash,
+    users.email_verified_at AS user_email_verified_at,
+    users.unsubscribed_at AS user_unsubscribed_at,
+    users.created_at AS user_created_at,
+    users.updated_at AS user_updated_at,
+    users.locale AS user_locale
+FROM counts
+LEFT JOIN users
+    ON users.email = $1::text
+    AND counts.count_1 > 0
+    AND ($2::bytea IS NULL OR counts.count_2 > 0)
+    AND ($3::bytea IS NULL OR counts.count_3 > 0)
+`
+
+type RateLimitCounterConsumeChainParams struct {
+	UserEmail    *string
+	KeyHash2     []byte
+	KeyHash3     []byte
+	KeyHash1     []byte
+	WindowStart1 time.Time
+	WindowEnd1   time.Time
+	LimitCount1  int64
+	WindowStart2 time.Time
+	WindowEnd2   time.Time
+	LimitCount2  int64
+	WindowStart3 time.Time
+	WindowEnd3   time.Time
+	LimitCount3  int64
+}
+
+type RateLimitCounterConsumeChainRow struct {
+	Count1              int64
+	Count2              int64
+	Count3              int64
+	UserID              *int64
+	UserEmail           *string
+	UserName            *string
+	UserPasswordHash    *string
+	UserEmailVerifiedAt *time.Time
+	UserUnsubscribedAt  *time.Time
+	UserCreatedAt       *time.Time
+	UserUpdatedAt       *time.Time
+	UserLocale          *string
+}
+
+// RateLimitCounterConsumeChain spends one request of up to three fixed windows, in order, in one
+// statement and so one round trip: each window is spent as RateLimitCounterConsume spends it, and
+// only when the one before it admitted (a data-modifying CTE runs once, and "second" reads
+// "first"'s RETURNING, so it inserts nothing when "first" refused). A window whose key is NULL is
+// not part of the chain, nor is any after it. A count of 0 says that window refused or was not
+// spent (an admitted window counts at least 1). When @user_email is not NULL and every window of the chain admitted, the user with that
+// email is read in the same statement (its columns NULL when there is none). The windows' keys
+// are of different scopes, so no two CTEs touch one row, and every statement locks its rows in
+// the same order of scopes: concurrent chains cannot deadlock.
+func (q *Queries) RateLimitCounterConsumeChain(ctx context.Context, db DBTX, arg RateLimitCounterConsumeChainParams) (*RateLimitCounterConsumeChainRow, error) {
+	row := db.QueryRow(ctx, rateLimitCounterConsumeChain,
+		arg.UserEmail,
+		arg.KeyHash2,
+		arg.KeyHash3,
+		arg.KeyHash1,
+		arg.WindowStart1,
+		arg.WindowEnd1,
+		arg.LimitCount1,
+		arg.WindowStart2,
+		arg.WindowEnd2,
+		arg.LimitCount2,
+		arg.WindowStart3,
+		arg.WindowEnd3,
+		arg.LimitCount3,
+	)
+	var i RateLimitCounterConsumeChainRow
+	err := row.Scan(
+		&i.Count1,
+		&i.Count2,
+		&i.Count3,
+		&i.UserID,
+		&i.UserEmail,
+		&i.UserName,
+		&i.UserPasswordHash,
+		&i.UserEmailVerifiedAt,
+		&i.UserUnsubscribedAt,
+		&i.UserCreatedAt,
+		&i.UserUpdatedAt,
+		&i.UserLocale,
+	)
+	return &i, err
+}
+
 const rateLimitCounterDelete = `-- name: RateLimitCounterDelete :exec
 DELETE FROM rate_limit_counters
 WHERE key_hash = $1::bytea
@@ -114,4 +244,45 @@ func (q *Queries) RateLimitCounterGet(ctx context.Context, db DBTX, arg RateLimi
 	var count int64
 	err := row.Scan(&count)
 	return count, err
+}
+
+const rateLimitCounterGetMany = `-- name: RateLimitCounterGetMany :many
+SELECT rate_limit_counters.key_hash, rate_limit_counters.window_start, rate_limit_counters.count
+FROM rate_limit_counters
+WHERE (rate_limit_counters.key_hash, rate_limit_counters.window_start) IN (
+    SELECT unnest($1::bytea[]), unnest($2::timestamptz[])
+)
+`
+
+type RateLimitCounterGetManyParams struct {
+	KeyHashes    [][]byte
+	WindowStarts []time.Time
+}
+
+type RateLimitCounterGetManyRow struct {
+	KeyHash     []byte
+	WindowStart time.Time
+	Count       int64
+}
+
+// RateLimitCounterGetMany reads the counts of several fixed windows in one statement, spending
+// nothing: the i-th key with the i-th window start. A window with nothing counted has no row.
+func (q *Queries) RateLimitCounterGetMany(ctx context.Context, db DBTX, arg RateLimitCounterGetManyParams) ([]*RateLimitCounterGetManyRow, error) {
+	rows, err := db.Query(ctx, rateLimitCounterGetMany, arg.KeyHashes, arg.WindowStarts)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []*RateLimitCounterGetManyRow
+	for rows.Next() {
+		var i RateLimitCounterGetManyRow
+		if err := rows.Scan(&i.KeyHash, &i.WindowStart, &i.Count); err != nil {
+			return nil, err
+		}
+		items = append(items, &i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }

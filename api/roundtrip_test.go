@@ -1,0 +1,119 @@
+package api
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/postguard/postguard/db"
+	"github.com/postguard/postguard/db/dbtest"
+	"github.com/postguard/postguard/db/postgres"
+)
+
+// statementTracer records the SQL of every statement a pgx pool sends: what reaches the server,
+// whichever code path sent it.
+type statementTracer struct {
+	mu  sync.Mutex
+	sql []string
+}
+
+func (s *statementTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sql = append(s.sql, data.SQL)
+	return ctx
+}
+
+func (*statementTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// take returns the statements sent since the last take and forgets them.
+func (s *statementTracer) take() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sql := s.sql
+	s.sql = nil
+	return sql
+}
+
+// firstLines are the statements' sqlc names (their first line, "-- name: X :one"), or their
+// first 60 bytes when they have none.
+func firstLines(sql []string) []string {
+	lines := make([]string, len(sql))
+	for i, s := range sql {
+		line, _, _ := strings.Cut(strings.TrimSpace(s), "\n")
+		lines[i] = line[:min(len(line), 60)]
+	}
+	return lines
+}
+
+// TestServer_RoundTrips counts, on the wire, the statements a rate-limited request sends to
+// PostgreSQL: a forgot-password or resend-verification for an unknown email is one statement
+// (both checks and the user lookup), and so are a spend and a peek of the limits API; a known
+// email adds only its transaction.
+func TestServer_RoundTrips(t *testing.T) {
+	t.Parallel()
+
+	ctx := t.Context()
+	tracer := &statementTracer{}
+	poolConfig, err := pgxpool.ParseConfig(dbtest.PostgresURL(t))
+	require.NoError(t, err)
+	poolConfig.ConnConfig.Tracer = tracer
+	pool, err := pgxpool.NewWithConfig(ctx, poolConfig)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	// One pool for everything, so that every statement of the request is traced.
+	engine, err := postgres.NewEngineFromPool(ctx, pool, &postgres.Config{RateLimitPool: pool})
+	require.NoError(t, err)
+	store, err := db.NewStore(engine, &db.StoreConfig{Logger: dbtest.Logger(t)})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, store.Close()) })
+
+	bundle := setup(t, store, &setupOpts{
+		rules:      loginRules(),
+		configFunc: func(config *Config) { config.LimitsToken = limitsToken },
+	})
+
+	known := uniqueEmail("known")
+	register(t, bundle.router, known)
+	tracer.take()
+
+	for _, path := range []string{"/v1/auth/forgot-password", "/v1/auth/resend-verification"} {
+		t.Run("UnknownEmail"+path, func(t *testing.T) {
+			rec := serve(t, bundle.router, jsonRequest(t, path, map[string]string{"email": uniqueEmail("nobody")}))
+			require.Equal(t, http.StatusAccepted, rec.Code)
+			sql := tracer.take()
+			require.Equal(t, []string{"-- name: RateLimitCounterConsumeChain :one"}, firstLines(sql),
+				"both checks and the user lookup in one statement")
+		})
+		t.Run("KnownEmail"+path, func(t *testing.T) {
+			rec := serve(t, bundle.router, jsonRequest(t, path, map[string]string{"email": known}))
+			require.Equal(t, http.StatusAccepted, rec.Code)
+			sql := firstLines(tracer.take())
+			require.Equal(t, "-- name: RateLimitCounterConsumeChain :one", sql[0])
+			require.Equal(t, "begin", strings.ToLower(sql[1]), "then the transaction of its job: %q", sql)
+			for _, s := range sql[1:] {
+				require.NotContains(t, s, "UserGetByEmail", "the user was read with the checks")
+			}
+		})
+	}
+
+	t.Run("LimitsSpend", func(t *testing.T) {
+		req := limitsRequestOf(t, http.MethodPost, "/v1/limits/login", `{"ip":"203.0.113.9","key":"account-1"}`)
+		rec := serve(t, bundle.router, req)
+		require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+		require.Equal(t, []string{"-- name: RateLimitCounterConsumeChain :one"}, firstLines(tracer.take()),
+			"the IP and key checks in one statement")
+
+		req = limitsRequestOf(t, http.MethodPost, "/v1/limits/login?peek=true", `{"ip":"203.0.113.9","key":"account-1"}`)
+		rec = serve(t, bundle.router, req)
+		require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+		require.Equal(t, []string{"-- name: RateLimitCounterGetMany :many"}, firstLines(tracer.take()),
+			"the IP and key peeks in one statement")
+	})
+}
