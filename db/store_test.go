@@ -1635,6 +1635,10 @@ func TestStore_RateLimitCounterConsumeChain(t *testing.T) {
 				_, err := store.RateLimitCounterConsumeChain(ctx, &db.RateLimitCounterChainParams{Windows: windows})
 				require.ErrorContains(t, err, "a rate limit chain has 1 to 3 windows")
 			}
+			noKey := window("a", 1)
+			noKey.KeyHash = nil
+			_, err := store.RateLimitCounterConsumeChain(ctx, &db.RateLimitCounterChainParams{Windows: []db.RateLimitCounterConsumeParams{window("b", 1), noKey}})
+			require.ErrorContains(t, err, "rate limit chain window 2 has no key")
 		})
 	})
 }

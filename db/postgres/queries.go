@@ -372,23 +372,9 @@ func (c *counters) RateLimitCounterConsume(ctx context.Context, params *db.RateL
 
 // RateLimitCounterConsumeChain implements db.Counters in one statement, and so one round trip,
 // on the rate-limit pool: the user is read on it too (a read does not care for its commits).
+// db's Tables checked the chain and spend a chain of one window with RateLimitCounterConsume.
 func (c *counters) RateLimitCounterConsumeChain(ctx context.Context, params *db.RateLimitCounterChainParams) (*db.RateLimitCounterChainResult, error) {
-	if len(params.Windows) == 1 && params.UserEmail == "" {
-		// One window alone: the single statement, a third of the chain's parameters and none of
-		// its CTEs to plan.
-		count, ok, err := c.RateLimitCounterConsume(ctx, &params.Windows[0])
-		switch {
-		case err != nil:
-			return nil, err
-		case !ok:
-			return &db.RateLimitCounterChainResult{}, nil
-		}
-		return &db.RateLimitCounterChainResult{Counts: []int64{count}}, nil
-	}
-	arg, err := chainArgs(params)
-	if err != nil {
-		return nil, err
-	}
+	arg := chainArgs(params)
 	// Not idempotent: a retry after a lost answer would count twice.
 	row, err := retryOnce(ctx, false, func() (*dbsqlc.RateLimitCounterConsumeChainRow, error) {
 		return sqlc.RateLimitCounterConsumeChain(ctx, c.pool, arg)
@@ -419,18 +405,11 @@ func (c *counters) RateLimitCounterConsumeChain(ctx context.Context, params *db.
 	return result, nil
 }
 
-// chainArgs are the statement's arguments for params: its unused windows' keys NULL.
-func chainArgs(params *db.RateLimitCounterChainParams) (dbsqlc.RateLimitCounterConsumeChainParams, error) {
-	w := params.Windows
-	if len(w) == 0 || len(w) > db.RateLimitChainMax {
-		return dbsqlc.RateLimitCounterConsumeChainParams{}, fmt.Errorf("a rate limit chain has 1 to %d windows, got %d", db.RateLimitChainMax, len(w))
-	}
-	for i := range w {
-		if len(w[i].KeyHash) == 0 { // a NULL key would end the chain there
-			return dbsqlc.RateLimitCounterConsumeChainParams{}, fmt.Errorf("rate limit chain window %d has no key", i+1)
-		}
-	}
-	w = append(w, make([]db.RateLimitCounterConsumeParams, db.RateLimitChainMax-len(w))...)
+// chainArgs are the statement's arguments for params (1 to db.RateLimitChainMax windows, checked
+// by db's Tables): its unused windows' keys NULL.
+func chainArgs(params *db.RateLimitCounterChainParams) dbsqlc.RateLimitCounterConsumeChainParams {
+	var w [db.RateLimitChainMax]db.RateLimitCounterConsumeParams
+	copy(w[:], params.Windows)
 	arg := dbsqlc.RateLimitCounterConsumeChainParams{
 		KeyHash1: w[0].KeyHash, WindowStart1: w[0].WindowStart, WindowEnd1: w[0].WindowEnd, LimitCount1: w[0].LimitCount,
 		KeyHash2: w[1].KeyHash, WindowStart2: w[1].WindowStart, WindowEnd2: w[1].WindowEnd, LimitCount2: w[1].LimitCount,
@@ -439,7 +418,7 @@ func chainArgs(params *db.RateLimitCounterChainParams) (dbsqlc.RateLimitCounterC
 	if params.UserEmail != "" {
 		arg.UserEmail = &params.UserEmail
 	}
-	return arg, nil
+	return arg
 }
 
 // RateLimitCounterGet implements db.Counters: no row is a count of 0.

@@ -376,21 +376,8 @@ func (q *queries) RateLimitCounterConsume(ctx context.Context, params *db.RateLi
 // RateLimitCounterConsumeChain implements db.Counters: its statements run one after another on
 // one connection, taken once, outside any transaction (each is atomic on its own, as on
 // PostgreSQL), and the user is read on it last. SQLite runs in the process: one call is the
-// round trip.
+// round trip. db's Tables checked the chain.
 func (q *queries) RateLimitCounterConsumeChain(ctx context.Context, params *db.RateLimitCounterChainParams) (*db.RateLimitCounterChainResult, error) {
-	if n := len(params.Windows); n == 0 || n > db.RateLimitChainMax {
-		return nil, fmt.Errorf("a rate limit chain has 1 to %d windows, got %d", db.RateLimitChainMax, n)
-	}
-	if len(params.Windows) == 1 && params.UserEmail == "" { // one statement: no connection to hold
-		count, ok, err := q.RateLimitCounterConsume(ctx, &params.Windows[0])
-		switch {
-		case err != nil:
-			return nil, err
-		case !ok:
-			return &db.RateLimitCounterChainResult{}, nil
-		}
-		return &db.RateLimitCounterChainResult{Counts: []int64{count}}, nil
-	}
 	onConn, release, err := q.oneConn(ctx)
 	if err != nil {
 		return nil, failed("consuming rate limit counters", err)
