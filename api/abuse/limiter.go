@@ -330,42 +330,63 @@ func (l *Limiter) allow(ctx context.Context, action Action, subject Subject, loo
 		}
 	}
 
+	decision := l.decision(chain[:n], cachedRefusal, now, true, func(i int) (int64, bool) {
+		if i >= len(result.Counts) { // the chain's refusal; the rules after it were not spent
+			return 0, false
+		}
+		return max(chain[i].rule.Limit-result.Counts[i], 0), true
+	})
+	if !decision.Allowed || result == nil {
+		return decision, nil, nil
+	}
+	return decision, result.User, nil
+}
+
+// decision answers a request from what its chain of rules found (chain, then cachedRefusal):
+// left(i) is what chain[i]'s window has left and whether it admitted. The first refusal answers,
+// its window going to the deny cache (built-in actions only); else the admitted rule with the
+// fewest requests remaining, on a tie the one resetting later. counted puts each rule's outcome
+// in the metrics (Allow's decisions, not Peek's).
+func (l *Limiter) decision(chain []chained, cachedRefusal *chained, now time.Time, counted bool, left func(i int) (remaining int64, admitted bool)) *Decision {
 	var answer *Decision
 	var checked []*Decision
-	for i, c := range chain[:n] {
+	for i, c := range chain {
 		d := &Decision{Rule: c.rule.Rule, ResetAfter: c.win.end.Sub(now)}
 		checked = append(checked, d)
-		if i >= len(result.Counts) { // the chain's refusal; the rules after it were not spent
+		remaining, admitted := left(i)
+		if !admitted {
 			if denied := l.denyCacheOf(c.rule); denied != nil {
 				denied.add(c.key, c.win.start, c.win.end)
 			}
-			observe(c.rule.refused)
+			if counted {
+				observe(c.rule.refused)
+			}
 			d.checked = checked
-			return d, nil, nil
+			return d
 		}
-		observe(c.rule.allowed)
+		if counted {
+			observe(c.rule.allowed)
+		}
 		d.Allowed = true
-		d.Remaining = max(c.rule.Limit-result.Counts[i], 0)
+		d.Remaining = remaining
 		if answer == nil || d.Remaining < answer.Remaining ||
 			(d.Remaining == answer.Remaining && d.ResetAfter > answer.ResetAfter) {
 			answer = d
 		}
 	}
 	if c := cachedRefusal; c != nil {
-		observe(c.rule.refused)
+		if counted {
+			observe(c.rule.refused)
+		}
 		d := &Decision{Rule: c.rule.Rule, ResetAfter: c.win.end.Sub(now)}
 		d.checked = append(checked, d)
-		return d, nil, nil
+		return d
 	}
 	if answer == nil { // no rule applied: only email or key rules, and no such value
 		answer = &Decision{Allowed: true}
 	}
 	answer.checked = checked
-	var user *db.User
-	if result != nil {
-		user = result.User
-	}
-	return answer, user, nil
+	return answer
 }
 
 // Peek answers what Allow would answer now for action and subject, and spends nothing: the
@@ -394,35 +415,9 @@ func (l *Limiter) Peek(ctx context.Context, action Action, subject Subject) (*De
 		}
 	}
 
-	var answer *Decision
-	var checked []*Decision
-	for i, c := range chain[:n] {
-		d := &Decision{Rule: c.rule.Rule, ResetAfter: c.win.end.Sub(now)}
-		checked = append(checked, d)
-		if counts[i] >= c.rule.Limit {
-			if denied := l.denyCacheOf(c.rule); denied != nil {
-				denied.add(c.key, c.win.start, c.win.end)
-			}
-			d.checked = checked
-			return d, nil
-		}
-		d.Allowed = true
-		d.Remaining = c.rule.Limit - counts[i]
-		if answer == nil || d.Remaining < answer.Remaining ||
-			(d.Remaining == answer.Remaining && d.ResetAfter > answer.ResetAfter) {
-			answer = d
-		}
-	}
-	if c := cachedRefusal; c != nil {
-		d := &Decision{Rule: c.rule.Rule, ResetAfter: c.win.end.Sub(now)}
-		d.checked = append(checked, d)
-		return d, nil
-	}
-	if answer == nil {
-		answer = &Decision{Allowed: true}
-	}
-	answer.checked = checked
-	return answer, nil
+	return l.decision(chain[:n], cachedRefusal, now, false, func(i int) (int64, bool) {
+		return chain[i].rule.Limit - counts[i], counts[i] < chain[i].rule.Limit
+	}), nil
 }
 
 // Clear deletes the subject's counters of action's current windows, for the scopes the subject
