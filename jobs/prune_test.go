@@ -58,7 +58,12 @@ func TestPruneWorker_Work(t *testing.T) {
 				lastOldFinalized = maxTime(lastOldFinalized, *job.FinalizedAt)
 			}
 
-			time.Sleep(100 * time.Millisecond)
+			// The recent jobs must finalize strictly after the old ones, whatever the resolution
+			// of the clocks that stamp them: wait for the database's clock to pass the mark.
+			require.Eventually(t, func() bool {
+				dbNow, err := store.Now(ctx)
+				return err == nil && dbNow.After(lastOldFinalized.Add(time.Millisecond))
+			}, 10*time.Second, time.Millisecond)
 
 			// Newer ones: a completed job, and one in flight (on a queue nobody works).
 			recent := bundle.insert(t, WelcomeEmailArgs{UserID: 900_100}, nil)
