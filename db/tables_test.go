@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/stretchr/testify/require"
 
 	"github.com/postguard/postguard/db"
@@ -19,14 +20,44 @@ import (
 )
 
 // hostTables are postguard's tables on a handle a host app opened itself, with a table of the
-// host's own beside them, as the Go library is used.
+// host's own beside them, as the Go library is used. Its methods run on the host's own handle
+// (on PostgreSQL, a *sql.DB over the host's pgx pool).
 type hostTables struct {
 	tables db.Tables
-	// exec runs a statement on the host's own handle; count counts a table's rows through it.
-	exec  func(t *testing.T, query string)
-	count func(t *testing.T, table string) int
-	// tableNames lists the schema's tables.
-	tableNames func(t *testing.T) []string
+	sqlDB  *sql.DB
+	// tablesQuery lists the schema's tables, by name.
+	tablesQuery string
+}
+
+// exec runs a statement on the host's own handle.
+func (h *hostTables) exec(t *testing.T, query string) {
+	t.Helper()
+	_, err := h.sqlDB.ExecContext(t.Context(), query)
+	require.NoError(t, err)
+}
+
+// count counts a table's rows through the host's own handle.
+func (h *hostTables) count(t *testing.T, table string) int {
+	t.Helper()
+	var n int
+	require.NoError(t, h.sqlDB.QueryRowContext(t.Context(), "SELECT count(*) FROM "+table).Scan(&n))
+	return n
+}
+
+// tableNames lists the schema's tables.
+func (h *hostTables) tableNames(t *testing.T) []string {
+	t.Helper()
+	rows, err := h.sqlDB.QueryContext(t.Context(), h.tablesQuery)
+	require.NoError(t, err)
+	defer rows.Close()
+	var names []string
+	for rows.Next() {
+		var name string
+		require.NoError(t, rows.Scan(&name))
+		names = append(names, name)
+	}
+	require.NoError(t, rows.Err())
+	return names
 }
 
 // hostEngines runs fn on Tables over a host's pgx pool (an empty schema of its own) and over a
@@ -45,33 +76,12 @@ func hostEngines(t *testing.T, fn func(t *testing.T, newHost func(t *testing.T) 
 			require.NoError(t, err)
 			tables := db.NewTables(engine, &db.TablesConfig{Logger: dbtest.Logger(t), GooseTable: "postguard_db_version"})
 			t.Cleanup(func() { require.NoError(t, tables.Close()) })
+			sqlDB := stdlib.OpenDBFromPool(pool)
+			t.Cleanup(func() { sqlDB.Close() })
 			return &hostTables{
-				tables: tables,
-				exec: func(t *testing.T, query string) {
-					t.Helper()
-					_, err := pool.Exec(t.Context(), query)
-					require.NoError(t, err)
-				},
-				count: func(t *testing.T, table string) int {
-					t.Helper()
-					var n int
-					require.NoError(t, pool.QueryRow(t.Context(), "SELECT count(*) FROM "+table).Scan(&n))
-					return n
-				},
-				tableNames: func(t *testing.T) []string {
-					t.Helper()
-					rows, err := pool.Query(t.Context(), "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() ORDER BY tablename")
-					require.NoError(t, err)
-					defer rows.Close()
-					var names []string
-					for rows.Next() {
-						var name string
-						require.NoError(t, rows.Scan(&name))
-						names = append(names, name)
-					}
-					require.NoError(t, rows.Err())
-					return names
-				},
+				tables:      tables,
+				sqlDB:       sqlDB,
+				tablesQuery: "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() ORDER BY tablename",
 			}
 		})
 	})
@@ -88,32 +98,9 @@ func hostEngines(t *testing.T, fn func(t *testing.T, newHost func(t *testing.T) 
 			tables := db.NewTables(engine, &db.TablesConfig{Logger: dbtest.Logger(t), GooseTable: "postguard_db_version"})
 			t.Cleanup(func() { require.NoError(t, tables.Close()) })
 			return &hostTables{
-				tables: tables,
-				exec: func(t *testing.T, query string) {
-					t.Helper()
-					_, err := sqlDB.ExecContext(t.Context(), query)
-					require.NoError(t, err)
-				},
-				count: func(t *testing.T, table string) int {
-					t.Helper()
-					var n int
-					require.NoError(t, sqlDB.QueryRowContext(t.Context(), "SELECT count(*) FROM "+table).Scan(&n))
-					return n
-				},
-				tableNames: func(t *testing.T) []string {
-					t.Helper()
-					rows, err := sqlDB.QueryContext(t.Context(), "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name")
-					require.NoError(t, err)
-					defer rows.Close()
-					var names []string
-					for rows.Next() {
-						var name string
-						require.NoError(t, rows.Scan(&name))
-						names = append(names, name)
-					}
-					require.NoError(t, rows.Err())
-					return names
-				},
+				tables:      tables,
+				sqlDB:       sqlDB,
+				tablesQuery: "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name",
 			}
 		})
 	})
