@@ -447,12 +447,8 @@ func TestEmailWorkers_Delivery(t *testing.T) {
 			require.Equal(t, river.EventKindJobCompleted, completed.EventKind)
 			require.Equal(t, 2, completed.Job.Attempt)
 
-			requests := bundle.fake.Requests()
-			require.Len(t, requests, 2)
-			require.Equal(t, requests[0].Header.Get("Idempotency-Key"), requests[1].Header.Get("Idempotency-Key"))
-			require.Regexp(t, keyPattern("password_reset_email", user.ID), requests[0].Header.Get("Idempotency-Key"))
-			require.Equal(t, requests[0].Body, requests[1].Body, "byte-identical payloads")
-			require.Len(t, bundle.fake.Deliveries(), 1)
+			key, _ := bundle.requireRetrySentSameMail(t)
+			require.Regexp(t, keyPattern("password_reset_email", user.ID), key)
 
 			stored, err := bundle.store.EmailTokenGetByJob(t.Context(), completed.Job.ID)
 			require.NoError(t, err)
@@ -548,14 +544,9 @@ func TestEmailWorkers_Delivery(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, river.EventKindJobCompleted, completed.EventKind)
 
-			requests := bundle.fake.Requests()
-			require.Len(t, requests, 2)
-			require.Equal(t, requests[0].Header.Get("Idempotency-Key"), requests[1].Header.Get("Idempotency-Key"))
-			require.Equal(t, requests[0].Body, requests[1].Body, "byte-identical payloads")
-			deliveries := bundle.fake.Deliveries()
-			require.Len(t, deliveries, 1)
-			require.Equal(t, "Confirmez votre adresse", deliveries[0].Subject)
-			require.Contains(t, deliveries[0].Text, "(valable 24 heures)")
+			_, delivery := bundle.requireRetrySentSameMail(t)
+			require.Equal(t, "Confirmez votre adresse", delivery.Subject)
+			require.Contains(t, delivery.Text, "(valable 24 heures)")
 		})
 
 		// The locale is the job's from its first attempt: templates that would match the user
@@ -584,13 +575,8 @@ func TestEmailWorkers_Delivery(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, river.EventKindJobCompleted, completed.EventKind)
 
-			requests := bundle.fake.Requests()
-			require.Len(t, requests, 2)
-			require.Equal(t, requests[0].Header.Get("Idempotency-Key"), requests[1].Header.Get("Idempotency-Key"))
-			require.Equal(t, requests[0].Body, requests[1].Body, "byte-identical payloads")
-			deliveries := bundle.fake.Deliveries()
-			require.Len(t, deliveries, 1)
-			require.Equal(t, "Bienvenue sur postguard", deliveries[0].Subject)
+			_, delivery := bundle.requireRetrySentSameMail(t)
+			require.Equal(t, "Bienvenue sur postguard", delivery.Subject)
 		})
 
 		// A deploy that changes the templates between two attempts: the retry renders other

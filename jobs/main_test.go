@@ -267,6 +267,21 @@ func (b *testBundle) workAgain(t *testing.T, job *rivertype.JobRow) (*rivertest.
 	return nil, nil
 }
 
+// requireRetrySentSameMail checks that the fake got two sends, a failed attempt and its retry,
+// with one idempotency key and byte-identical payloads, and delivered one mail: it returns the
+// key and that mail.
+func (b *testBundle) requireRetrySentSameMail(t *testing.T) (string, resendfake.Delivery) {
+	t.Helper()
+	requests := b.fake.Requests()
+	require.Len(t, requests, 2)
+	key := requests[0].Header.Get("Idempotency-Key")
+	require.Equal(t, key, requests[1].Header.Get("Idempotency-Key"))
+	require.Equal(t, requests[0].Body, requests[1].Body, "byte-identical payloads")
+	deliveries := b.fake.Deliveries()
+	require.Len(t, deliveries, 1)
+	return key, deliveries[0]
+}
+
 // deliveries counts postguard_email_deliveries_total{kind,outcome}.
 func (b *testBundle) deliveries(t *testing.T, kind, outcome string) float64 {
 	t.Helper()
