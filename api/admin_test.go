@@ -13,7 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postguard/postguard/db"
-	"github.com/postguard/postguard/db/dbtest"
+	"github.com/postguard/postguard/internal/dbtest"
+	"github.com/postguard/postguard/internal/riverstore"
 	"github.com/postguard/postguard/jobs/mail/resendfake"
 	"github.com/postguard/postguard/tokens"
 )
@@ -205,7 +206,7 @@ func TestAdmin_Suppressions(t *testing.T) {
 	t.Parallel()
 
 	dbtest.Engines(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
-		suppressAddresses := func(t *testing.T, store db.Store, addresses ...string) {
+		suppressAddresses := func(t *testing.T, store riverstore.Store, addresses ...string) {
 			t.Helper()
 			at := time.Now().Truncate(time.Microsecond)
 			for i, address := range addresses {

@@ -34,7 +34,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/postguard/postguard/api/abuse"
-	"github.com/postguard/postguard/db"
+	"github.com/postguard/postguard/internal/riverstore"
 	"github.com/postguard/postguard/jobs/mail"
 )
 
@@ -46,7 +46,7 @@ const MaxBodyBytes = 64 << 10
 type Config struct {
 	// Store is the database (either engine). Its River client must be configured (insert-only is
 	// enough) before a request inserts a job.
-	Store db.Store
+	Store riverstore.Store
 
 	// Limiter enforces the rate-limit rules of the auth routes, River UI's logins and the custom
 	// actions of the limits API.
@@ -132,7 +132,7 @@ const DefaultRequestTimeout = 10 * time.Second
 
 // server is the state behind the handlers of one router.
 type server struct {
-	store   db.Store
+	store   riverstore.Store
 	limiter *abuse.Limiter
 	ips     *abuse.IPResolver
 	secret  []byte

@@ -29,7 +29,8 @@ import (
 
 	"github.com/postguard/postguard/api/abuse"
 	"github.com/postguard/postguard/db"
-	"github.com/postguard/postguard/db/dbtest"
+	"github.com/postguard/postguard/internal/dbtest"
+	"github.com/postguard/postguard/internal/riverstore"
 )
 
 // The OpenAPI document, loaded and validated once.
@@ -227,7 +228,7 @@ func (b *syncBuffer) String() string {
 }
 
 type testBundle struct {
-	store    db.Store
+	store    riverstore.Store
 	consumer *countingConsumer
 	limiter  *abuse.Limiter
 	router   *gin.Engine
@@ -245,7 +246,7 @@ type setupOpts struct {
 
 // setup builds a router on store (an insert-only River client is enough) with generous
 // rate limits unless opts says otherwise, logging at debug level into bundle.logs.
-func setup(t testing.TB, store db.Store, opts *setupOpts) *testBundle {
+func setup(t testing.TB, store riverstore.Store, opts *setupOpts) *testBundle {
 	t.Helper()
 	if opts == nil {
 		opts = &setupOpts{}
@@ -354,7 +355,7 @@ func register(t testing.TB, router http.Handler, email string) int64 {
 }
 
 // jobCount counts the jobs of kind (all kinds when "") in store.
-func jobCount(t testing.TB, store db.Store, kind string) int {
+func jobCount(t testing.TB, store riverstore.Store, kind string) int {
 	t.Helper()
 	params := river.NewJobListParams().First(10_000)
 	if kind != "" {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/postguard/postguard/api/abuse"
 	"github.com/postguard/postguard/db"
+	"github.com/postguard/postguard/internal/riverstore"
 	"github.com/postguard/postguard/jobs"
 )
 
@@ -82,7 +83,7 @@ func (s *server) register(c *gin.Context) error {
 		return err
 	}
 	var user *db.User
-	err = s.store.InTx(ctx, func(ctx context.Context, tx db.Tx) error {
+	err = s.store.InTx(ctx, func(ctx context.Context, tx riverstore.Tx) error {
 		var err error
 		user, err = tx.UserInsert(ctx, &db.UserInsertParams{Email: email, Name: name, PasswordHash: hash, Locale: locale, Now: s.now()})
 		if err != nil {
@@ -108,7 +109,7 @@ func (s *server) register(c *gin.Context) error {
 // forgotPassword enqueues a password reset email when the email belongs to an account. The
 // answer is 202 with a constant body either way (see uniformAnswer).
 func (s *server) forgotPassword(c *gin.Context) error {
-	return s.uniformAnswer(c, abuse.ActionForgotPassword, forgotPasswordAnswer, func(ctx context.Context, tx db.Tx, user *db.User) error {
+	return s.uniformAnswer(c, abuse.ActionForgotPassword, forgotPasswordAnswer, func(ctx context.Context, tx riverstore.Tx, user *db.User) error {
 		if _, err := tx.JobInsert(ctx, jobs.PasswordResetEmailArgs{UserID: user.ID}, nil); err != nil {
 			return fmt.Errorf("error inserting password reset email job: %w", err)
 		}
@@ -119,7 +120,7 @@ func (s *server) forgotPassword(c *gin.Context) error {
 // resendVerification enqueues a verification email when the email belongs to an account not
 // verified yet. The answer is 202 with a constant body either way (see uniformAnswer).
 func (s *server) resendVerification(c *gin.Context) error {
-	return s.uniformAnswer(c, abuse.ActionResendVerification, resendVerificationAnswer, func(ctx context.Context, tx db.Tx, user *db.User) error {
+	return s.uniformAnswer(c, abuse.ActionResendVerification, resendVerificationAnswer, func(ctx context.Context, tx riverstore.Tx, user *db.User) error {
 		if user.EmailVerifiedAt != nil {
 			return nil
 		}
@@ -142,7 +143,7 @@ func (s *server) resendVerification(c *gin.Context) error {
 // difference with a wide margin; the per-IP and per-email limits leave an attacker very few
 // samples besides. Most requests of a flood are for unknown emails, so the lookup runs outside
 // the transaction; ifFound reads the user again inside it when it needs a consistent view.
-func (s *server) uniformAnswer(c *gin.Context, action abuse.Action, answer []byte, ifFound func(ctx context.Context, tx db.Tx, user *db.User) error) error {
+func (s *server) uniformAnswer(c *gin.Context, action abuse.Action, answer []byte, ifFound func(ctx context.Context, tx riverstore.Tx, user *db.User) error) error {
 	start := time.Now()
 	if _, err := bodyKindOf(c, false); err != nil {
 		return err
@@ -164,7 +165,7 @@ func (s *server) uniformAnswer(c *gin.Context, action abuse.Action, answer []byt
 
 	ctx := c.Request.Context()
 	if user != nil {
-		err = s.store.InTx(ctx, func(ctx context.Context, tx db.Tx) error {
+		err = s.store.InTx(ctx, func(ctx context.Context, tx riverstore.Tx) error {
 			return ifFound(ctx, tx, user)
 		})
 	}

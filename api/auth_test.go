@@ -17,7 +17,8 @@ import (
 
 	"github.com/postguard/postguard/api/abuse"
 	"github.com/postguard/postguard/db"
-	"github.com/postguard/postguard/db/dbtest"
+	"github.com/postguard/postguard/internal/dbtest"
+	"github.com/postguard/postguard/internal/riverstore"
 )
 
 func TestServer_Register(t *testing.T) {
@@ -142,18 +143,18 @@ func TestServer_Register(t *testing.T) {
 
 // failingStore is a real store whose transactions fail their failJobInsert-th job insert.
 type failingStore struct {
-	db.Store
+	riverstore.Store
 	failJobInsert int
 }
 
-func (s *failingStore) InTx(ctx context.Context, fn func(ctx context.Context, tx db.Tx) error) error {
-	return s.Store.InTx(ctx, func(ctx context.Context, tx db.Tx) error {
+func (s *failingStore) InTx(ctx context.Context, fn func(ctx context.Context, tx riverstore.Tx) error) error {
+	return s.Store.InTx(ctx, func(ctx context.Context, tx riverstore.Tx) error {
 		return fn(ctx, &failingTx{Tx: tx, failAt: s.failJobInsert})
 	})
 }
 
 type failingTx struct {
-	db.Tx
+	riverstore.Tx
 	n, failAt int
 }
 
@@ -361,7 +362,7 @@ func TestServer_UniformAnswers(t *testing.T) {
 }
 
 // insertUser inserts a user directly (no jobs), verified or not, and returns it.
-func insertUser(t testing.TB, store db.Store, email string, verified bool) *db.User {
+func insertUser(t testing.TB, store riverstore.Store, email string, verified bool) *db.User {
 	t.Helper()
 	user, err := store.UserInsert(t.Context(), &db.UserInsertParams{Email: email, PasswordHash: "$argon2id$v=19$m=19456,t=2,p=1$x$y", Now: time.Now()})
 	require.NoError(t, err)

@@ -14,7 +14,7 @@ import (
 	"golang.org/x/text/unicode/norm"
 
 	"github.com/postguard/postguard/api/abuse"
-	"github.com/postguard/postguard/db/dbtest"
+	"github.com/postguard/postguard/internal/dbtest"
 )
 
 func TestNormalizeEmail(t *testing.T) {

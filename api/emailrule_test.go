@@ -15,8 +15,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postguard/postguard/api/abuse"
-	"github.com/postguard/postguard/db"
-	"github.com/postguard/postguard/db/dbtest"
+	"github.com/postguard/postguard/internal/dbtest"
+	"github.com/postguard/postguard/internal/riverstore"
 	"github.com/postguard/postguard/jobs"
 	"github.com/postguard/postguard/jobs/mail"
 )
@@ -43,7 +43,7 @@ func (r *recordingSender) mails() []string {
 // mailWorkers is a store whose River client works the real email jobs, delivering to a
 // recordingSender.
 type mailWorkers struct {
-	store  db.Store
+	store  riverstore.Store
 	sender *recordingSender
 	events <-chan *river.Event
 }
@@ -53,7 +53,7 @@ type mailWorkers struct {
 func startMailWorkers(t *testing.T, newStore dbtest.NewStoreFunc) *mailWorkers {
 	t.Helper()
 	sender := &recordingSender{}
-	store := newStore(t, dbtest.WithRiverConfig(func(store db.Store) (*river.Config, error) {
+	store := newStore(t, dbtest.WithRiverConfig(func(store riverstore.Store) (*river.Config, error) {
 		riverConfig, err := jobs.NewRiverConfig(
 			&jobs.Deps{Store: store, Jobs: store.Jobs(), Sender: sender, Logger: dbtest.Logger(t)},
 			&jobs.Config{Secret: testSecret, AppURL: "http://localhost:8080", FetchCooldown: 5 * time.Millisecond, FetchPollInterval: 50 * time.Millisecond})

@@ -16,7 +16,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postguard/postguard/db"
-	"github.com/postguard/postguard/db/dbtest"
+	"github.com/postguard/postguard/internal/dbtest"
+	"github.com/postguard/postguard/internal/riverstore"
 	"github.com/postguard/postguard/jobs"
 	"github.com/postguard/postguard/jobs/mail"
 	"github.com/postguard/postguard/jobs/mail/resendfake"
@@ -44,7 +45,7 @@ func newFeedbackLoop(t *testing.T, newStore dbtest.NewStoreFunc) *feedbackLoop {
 	jobsMetrics := prometheus.NewRegistry()
 	config := &jobs.Config{Secret: testSecret, AppURL: "http://localhost:8080", FetchCooldown: 5 * time.Millisecond, FetchPollInterval: 50 * time.Millisecond}
 	var deps *jobs.Deps
-	store := newStore(t, dbtest.WithRiverConfig(func(store db.Store) (*river.Config, error) {
+	store := newStore(t, dbtest.WithRiverConfig(func(store riverstore.Store) (*river.Config, error) {
 		deps = &jobs.Deps{Store: store, Recipients: jobs.UserRecipients(store), Jobs: store.Jobs(), Sender: sender, Logger: dbtest.Logger(t), Registerer: jobsMetrics}
 		riverConfig, err := jobs.NewRiverConfig(deps, config)
 		if err == nil {

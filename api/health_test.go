@@ -16,8 +16,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postguard/postguard/api/abuse"
-	"github.com/postguard/postguard/db"
-	"github.com/postguard/postguard/db/dbtest"
+	"github.com/postguard/postguard/internal/dbtest"
+	"github.com/postguard/postguard/internal/riverstore"
 	"github.com/postguard/postguard/jobs/mail"
 	"github.com/postguard/postguard/jobs/mail/resendfake"
 )
@@ -63,9 +63,9 @@ func TestServer_Health(t *testing.T) {
 }
 
 // closedStore opens a store of engine and closes it, so its Ready fails.
-func closedStore(t *testing.T, engine string) db.Store {
+func closedStore(t *testing.T, engine string) riverstore.Store {
 	t.Helper()
-	var store db.Store
+	var store riverstore.Store
 	if engine == "postgres" {
 		store = dbtest.NewPostgres(t)
 	} else {

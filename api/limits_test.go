@@ -12,12 +12,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/riverqueue/river/riverdriver/riversqlite"
 	"github.com/stretchr/testify/require"
 
 	"github.com/postguard/postguard/api/abuse"
-	"github.com/postguard/postguard/db"
-	"github.com/postguard/postguard/db/dbtest"
 	"github.com/postguard/postguard/db/sqlite"
+	"github.com/postguard/postguard/internal/dbtest"
+	"github.com/postguard/postguard/internal/riverstore"
 )
 
 // limitsToken is LIMITS_API_TOKEN in tests.
@@ -34,7 +35,7 @@ func loginRules() *abuse.Rules {
 }
 
 // limitsBundle is a router with the limits API on store, its clock stubbed at a window start.
-func limitsBundle(t *testing.T, store db.Store) (*testBundle, *stubNow) {
+func limitsBundle(t *testing.T, store riverstore.Store) (*testBundle, *stubNow) {
 	t.Helper()
 	clock := &stubNow{now: time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)}
 	return setup(t, store, &setupOpts{
@@ -360,7 +361,7 @@ func TestServer_Limits(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "busy.db")
 		engine, err := sqlite.NewEngine(ctx, path, &sqlite.Config{Logger: dbtest.Logger(t), BusyTimeout: 50 * time.Millisecond})
 		require.NoError(t, err)
-		store, err := db.NewStore(engine, &db.StoreConfig{Logger: dbtest.Logger(t)})
+		store, _, err := riverstore.New(engine, riversqlite.New(engine.DB()), &riverstore.Config{Logger: dbtest.Logger(t)})
 		require.NoError(t, err)
 		t.Cleanup(func() { require.NoError(t, store.Close()) })
 		require.NoError(t, store.Migrate(ctx))

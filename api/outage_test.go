@@ -9,11 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/riverqueue/river/riverdriver/riversqlite"
 	"github.com/stretchr/testify/require"
 
-	"github.com/postguard/postguard/db"
-	"github.com/postguard/postguard/db/dbtest"
 	"github.com/postguard/postguard/db/sqlite"
+	"github.com/postguard/postguard/internal/dbtest"
+	"github.com/postguard/postguard/internal/riverstore"
 )
 
 // requireOutage checks rec is the answer to an outage, 503 with Retry-After, logged as one (at
@@ -44,7 +45,7 @@ func TestServer_SQLiteBusy(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "busy.db")
 	engine, err := sqlite.NewEngine(ctx, path, &sqlite.Config{Logger: dbtest.Logger(t), BusyTimeout: 50 * time.Millisecond})
 	require.NoError(t, err)
-	store, err := db.NewStore(engine, &db.StoreConfig{Logger: dbtest.Logger(t)})
+	store, _, err := riverstore.New(engine, riversqlite.New(engine.DB()), &riverstore.Config{Logger: dbtest.Logger(t)})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, store.Close()) })
 	require.NoError(t, store.Migrate(ctx))

@@ -9,11 +9,12 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/postguard/postguard/db"
-	"github.com/postguard/postguard/db/dbtest"
 	"github.com/postguard/postguard/db/postgres"
+	"github.com/postguard/postguard/internal/dbtest"
+	"github.com/postguard/postguard/internal/riverstore"
 )
 
 // statementTracer records the SQL of every statement a pgx pool sends: what reaches the server,
@@ -70,7 +71,7 @@ func TestServer_RoundTrips(t *testing.T) {
 	// One pool for everything, so that every statement of the request is traced.
 	engine, err := postgres.NewEngineFromPool(ctx, pool, &postgres.Config{RateLimitPool: pool})
 	require.NoError(t, err)
-	store, err := db.NewStore(engine, &db.StoreConfig{Logger: dbtest.Logger(t)})
+	store, _, err := riverstore.New(engine, riverpgxv5.New(engine.Pool()), &riverstore.Config{Logger: dbtest.Logger(t)})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, store.Close()) })
 

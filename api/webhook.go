@@ -12,6 +12,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/postguard/postguard/db"
+	"github.com/postguard/postguard/internal/riverstore"
 	"github.com/postguard/postguard/jobs/mail"
 	"github.com/postguard/postguard/tokens"
 )
@@ -101,7 +102,7 @@ func (s *server) applyEvent(ctx context.Context, svixID string, event *mail.Rese
 	now := s.now()
 
 	var outcome string
-	err := s.store.InTx(ctx, func(ctx context.Context, tx db.Tx) error {
+	err := s.store.InTx(ctx, func(ctx context.Context, tx riverstore.Tx) error {
 		if err := tx.WebhookEventInsert(ctx, svixID, now); err != nil {
 			if errors.Is(err, db.ErrExists) {
 				outcome = EventReplayed
@@ -141,7 +142,7 @@ func (s *server) applyEvent(ctx context.Context, svixID string, event *mail.Rese
 // they must not be mailed again: a permanent bounce (a transient one says nothing of the
 // address), a complaint, or Resend's own suppression. An address that does not normalise
 // cannot be a user's and is left out.
-func (s *server) suppressRecipients(ctx context.Context, tx db.Tx, event *mail.ResendEvent, at, now time.Time) error {
+func (s *server) suppressRecipients(ctx context.Context, tx riverstore.Tx, event *mail.ResendEvent, at, now time.Time) error {
 	var reason, detail string
 	switch {
 	case event.Type == mail.ResendEventBounced && event.Bounce.Permanent():

@@ -14,7 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postguard/postguard/db"
-	"github.com/postguard/postguard/db/dbtest"
+	"github.com/postguard/postguard/internal/dbtest"
+	"github.com/postguard/postguard/internal/riverstore"
 	"github.com/postguard/postguard/jobs/mail"
 	"github.com/postguard/postguard/jobs/mail/resendfake"
 	"github.com/postguard/postguard/tokens"
@@ -34,7 +35,7 @@ type webhookBundle struct {
 
 // setupWebhook builds a webhookBundle on store. The user's address is stored normalised, as
 // register stores it.
-func setupWebhook(t *testing.T, store db.Store, opts *setupOpts) *webhookBundle {
+func setupWebhook(t *testing.T, store riverstore.Store, opts *setupOpts) *webhookBundle {
 	t.Helper()
 	if opts == nil {
 		opts = &setupOpts{}
@@ -60,7 +61,7 @@ var jobSeq struct {
 
 // acceptedMessage gives user a message row of kind that the provider accepted, as a worker would
 // have recorded it, and returns its job id and the delivery Resend would know it by.
-func acceptedMessage(t *testing.T, store db.Store, user *db.User, kind string) (int64, resendfake.Delivery) {
+func acceptedMessage(t *testing.T, store riverstore.Store, user *db.User, kind string) (int64, resendfake.Delivery) {
 	t.Helper()
 	jobSeq.Lock()
 	jobSeq.n++

@@ -5,23 +5,19 @@ import (
 	"database/sql"
 
 	"github.com/pressly/goose/v3"
-	"github.com/riverqueue/river/riverdriver"
 )
 
-// Engine is what differs between PostgreSQL and SQLite under a Store, and nothing else: the
-// connections, River's driver on them, transactions, the app's sqlc queries with their time and
-// error conversions, and the few things migrations need. TTx is the engine's transaction type,
-// River's too (pgx.Tx, *sql.Tx). db/postgres and db/sqlite implement it; NewStore builds the rest
-// on it once.
+// Engine is what differs between PostgreSQL and SQLite under the Tables, and nothing else: the
+// connections, transactions, the app's sqlc queries with their time and error conversions, and
+// the few things migrations need. TTx is the engine's transaction type (pgx.Tx, *sql.Tx), which
+// is also River's on the same connections. db/postgres and db/sqlite implement it; NewTables
+// builds the rest on it once.
 //
 // Every error an Engine returns has been through its conversion: a missing row is ErrNotFound,
 // a database that cannot serve is wrapped in ErrUnavailable.
 type Engine[TTx any] interface {
 	// Name is "postgres" or "sqlite", and names the engine's directory of migrations.
 	Name() string
-
-	// Driver is River's driver on the engine's connections.
-	Driver() riverdriver.Driver[TTx]
 
 	// Begin starts a transaction. Commit commits it; Rollback rolls back one that was not
 	// committed, and is a no-op after Commit.
@@ -36,8 +32,8 @@ type Engine[TTx any] interface {
 	// Counters runs the rate limiter's statements.
 	Counters() Counters
 
-	// InterpretError converts an error of the engine's driver that reached the Store some other
-	// way (through River) as the engine's own methods convert theirs.
+	// InterpretError converts an error of the engine's driver that reached postguard some other
+	// way (through River, on the same connections) as the engine's own methods convert theirs.
 	InterpretError(err error) error
 
 	// GooseDB is a *sql.DB on the engine's connections and goose's dialect for it, for the app's

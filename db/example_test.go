@@ -37,7 +37,7 @@ func ExampleNewTables() {
 		panic(err)
 	}
 	tables := db.NewTables(engine, &db.TablesConfig{Logger: quiet, GooseTable: "postguard_db_version"})
-	if err := tables.MigrateTables(ctx); err != nil {
+	if err := tables.MigrateTables(ctx, nil); err != nil {
 		panic(err)
 	}
 	if err := tables.Close(); err != nil { // the engine's, not the host's handle

@@ -13,21 +13,13 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/rivermigrate"
 	"github.com/stretchr/testify/require"
 
 	"github.com/postguard/postguard/db"
-	"github.com/postguard/postguard/db/dbtest"
+	"github.com/postguard/postguard/internal/dbtest"
 )
 
 // The conformance suite: every test runs unchanged on both engines through dbtest.Engines.
-
-type testJobArgs struct {
-	UserID int64 `json:"user_id"`
-}
-
-func (testJobArgs) Kind() string { return "store_test" }
 
 // now is a fixed instant at the engines' precision (microseconds).
 var now = time.Date(2026, 3, 1, 12, 0, 0, 123456000, time.UTC)
@@ -90,7 +82,7 @@ func TestStore_EmailToken(t *testing.T) {
 
 	dbtest.Engines(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
 		type testBundle struct {
-			store db.Store
+			store db.Tables
 			user  *db.User
 		}
 
@@ -361,7 +353,7 @@ func TestStore_EmailToken(t *testing.T) {
 				require.Equal(t, bundle.user.ID, userID)
 			}
 			// Inside a transaction too.
-			require.NoError(t, bundle.store.InTx(ctx, func(ctx context.Context, tx db.Tx) error {
+			require.NoError(t, bundle.store.Transact(ctx, func(ctx context.Context, tx db.Queries) error {
 				userID, err := tx.EmailTokenLookup(ctx, tokenHash("tok"), db.TokenPurposeReset, now)
 				require.Equal(t, bundle.user.ID, userID)
 				return err
@@ -427,7 +419,7 @@ func TestStore_EmailMessage(t *testing.T) {
 	t.Parallel()
 
 	dbtest.Engines(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
-		insert := func(ctx context.Context, t *testing.T, store db.Store, jobID int64, key string, at time.Time) *db.EmailMessage {
+		insert := func(ctx context.Context, t *testing.T, store db.Tables, jobID int64, key string, at time.Time) *db.EmailMessage {
 			t.Helper()
 
 			message, err := store.EmailMessageInsert(ctx, &db.EmailMessageInsertParams{
@@ -475,7 +467,7 @@ func TestStore_EmailMessage(t *testing.T) {
 			insert(ctx, t, store, 42, "k1", now)
 
 			// Inside a transaction, which stays usable after the refusal.
-			err := store.InTx(ctx, func(ctx context.Context, tx db.Tx) error {
+			err := store.Transact(ctx, func(ctx context.Context, tx db.Queries) error {
 				_, err := tx.EmailMessageInsert(ctx, &db.EmailMessageInsertParams{JobID: 42, Kind: "welcome_email", UserID: 7, IdempotencyKey: "k2", Now: now})
 				require.ErrorIs(t, err, db.ErrExists)
 				_, err = tx.EmailMessageGetByJob(ctx, 42)
@@ -547,7 +539,7 @@ func TestStore_EmailMessage(t *testing.T) {
 			insert(ctx, t, store, 43, "k2", now)
 			require.NoError(t, store.EmailMessageMarkAccepted(ctx, 42, "re_1", now))
 
-			err := store.InTx(ctx, func(ctx context.Context, tx db.Tx) error {
+			err := store.Transact(ctx, func(ctx context.Context, tx db.Queries) error {
 				got, err := tx.EmailMessageGetByProviderID(ctx, "re_1")
 				require.NoError(t, err)
 				require.Equal(t, int64(42), got.JobID)
@@ -582,7 +574,7 @@ func TestStore_EmailMessage(t *testing.T) {
 			// Two transactions each read the message and write what they read plus a status
 			// time of their own. The second reads while the first holds the row: it must wait
 			// and read the first's write, or one of the two writes is lost.
-			readAndSet := func(ctx context.Context, tx db.Tx, status string, read chan<- struct{}, release <-chan struct{}) error {
+			readAndSet := func(ctx context.Context, tx db.Queries, status string, read chan<- struct{}, release <-chan struct{}) error {
 				message, err := tx.EmailMessageGetByProviderID(ctx, "re_1")
 				if err != nil {
 					return err
@@ -607,13 +599,13 @@ func TestStore_EmailMessage(t *testing.T) {
 			read, release := make(chan struct{}), make(chan struct{})
 			first, second := make(chan error, 1), make(chan error, 1)
 			go func() {
-				first <- store.InTx(ctx, func(ctx context.Context, tx db.Tx) error {
+				first <- store.Transact(ctx, func(ctx context.Context, tx db.Queries) error {
 					return readAndSet(ctx, tx, db.EmailStatusDelivered, read, release)
 				})
 			}()
 			<-read
 			go func() {
-				second <- store.InTx(ctx, func(ctx context.Context, tx db.Tx) error {
+				second <- store.Transact(ctx, func(ctx context.Context, tx db.Queries) error {
 					return readAndSet(ctx, tx, db.EmailStatusComplained, nil, nil)
 				})
 			}()
@@ -736,7 +728,7 @@ func TestStore_EmailMessage(t *testing.T) {
 			require.Nil(t, got.SuppressedAt)
 
 			// In a transaction, which stays usable after a conflict.
-			err = store.InTx(ctx, func(ctx context.Context, tx db.Tx) error {
+			err = store.Transact(ctx, func(ctx context.Context, tx db.Queries) error {
 				marked, err := tx.EmailMessageMarkSuppressed(ctx, params(44, "k7", now))
 				require.False(t, marked)
 				if err != nil {
@@ -867,7 +859,7 @@ func TestStore_EmailSuppression(t *testing.T) {
 			ctx, store := t.Context(), newStore(t)
 			insert(ctx, t, store, "ada", db.SuppressionReasonBounced, now)
 			// Inside a transaction, which stays usable.
-			err := store.InTx(ctx, func(ctx context.Context, tx db.Tx) error {
+			err := store.Transact(ctx, func(ctx context.Context, tx db.Queries) error {
 				insert(ctx, t, tx, "ada", db.SuppressionReasonComplained, now.Add(time.Hour))
 				_, err := tx.EmailSuppressionGet(ctx, tokenHash("ada"))
 				return err
@@ -954,7 +946,7 @@ func TestStore_WebhookEvent(t *testing.T) {
 			require.NoError(t, store.WebhookEventInsert(ctx, "msg_2", now))
 
 			// A replay, inside a transaction that stays usable.
-			err := store.InTx(ctx, func(ctx context.Context, tx db.Tx) error {
+			err := store.Transact(ctx, func(ctx context.Context, tx db.Queries) error {
 				require.ErrorIs(t, tx.WebhookEventInsert(ctx, "msg_1", now.Add(time.Minute)), db.ErrExists)
 				return tx.WebhookEventInsert(ctx, "msg_3", now)
 			})
@@ -970,7 +962,7 @@ func TestStore_WebhookEvent(t *testing.T) {
 			var wg sync.WaitGroup
 			for range 8 {
 				wg.Go(func() {
-					err := store.InTx(ctx, func(ctx context.Context, tx db.Tx) error {
+					err := store.Transact(ctx, func(ctx context.Context, tx db.Queries) error {
 						return tx.WebhookEventInsert(ctx, "msg_1", now)
 					})
 					switch {
@@ -1008,38 +1000,15 @@ func TestStore_WebhookEvent(t *testing.T) {
 	})
 }
 
-func TestStore_InTx(t *testing.T) {
+func TestTables_Transact(t *testing.T) {
 	t.Parallel()
 
 	dbtest.Engines(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
-		setup := func(t *testing.T) (db.Store, context.Context) {
+		setup := func(t *testing.T) (db.Tables, context.Context) {
 			t.Helper()
 
 			return newStore(t), t.Context()
 		}
-
-		t.Run("Commit", func(t *testing.T) {
-			t.Parallel()
-
-			store, ctx := setup(t)
-
-			var user *db.User
-			require.NoError(t, store.InTx(ctx, func(ctx context.Context, tx db.Tx) error {
-				user = userInsert(ctx, t, tx, "ada@example.com")
-				_, err := tx.JobInsert(ctx, testJobArgs{UserID: user.ID}, nil)
-				return err
-			}))
-
-			got, err := store.UserGetByEmail(ctx, "ada@example.com")
-			require.NoError(t, err)
-			require.Equal(t, user.ID, got.ID)
-
-			jobs, err := store.Jobs().JobList(ctx, river.NewJobListParams())
-			require.NoError(t, err)
-			require.Len(t, jobs.Jobs, 1)
-			require.Equal(t, "store_test", jobs.Jobs[0].Kind)
-			require.JSONEq(t, fmt.Sprintf(`{"user_id": %d}`, user.ID), string(jobs.Jobs[0].EncodedArgs))
-		})
 
 		t.Run("EmailTakenKeepsTxUsable", func(t *testing.T) {
 			t.Parallel()
@@ -1047,7 +1016,7 @@ func TestStore_InTx(t *testing.T) {
 			store, ctx := setup(t)
 			userInsert(ctx, t, store, "ada@example.com")
 
-			require.NoError(t, store.InTx(ctx, func(ctx context.Context, tx db.Tx) error {
+			require.NoError(t, store.Transact(ctx, func(ctx context.Context, tx db.Queries) error {
 				_, err := tx.UserInsert(ctx, &db.UserInsertParams{Email: "ada@example.com", Now: now, PasswordHash: "hash"})
 				require.ErrorIs(t, err, db.ErrEmailTaken)
 
@@ -1066,7 +1035,7 @@ func TestStore_InTx(t *testing.T) {
 			store, ctx := setup(t)
 
 			require.PanicsWithValue(t, "boom", func() {
-				_ = store.InTx(ctx, func(ctx context.Context, tx db.Tx) error {
+				_ = store.Transact(ctx, func(ctx context.Context, tx db.Queries) error {
 					userInsert(ctx, t, tx, "ada@example.com")
 					panic("boom")
 				})
@@ -1077,95 +1046,6 @@ func TestStore_InTx(t *testing.T) {
 			require.ErrorIs(t, err, db.ErrNotFound)
 		})
 
-		t.Run("Rollback", func(t *testing.T) {
-			t.Parallel()
-
-			store, ctx := setup(t)
-
-			errBoom := errors.New("boom")
-			err := store.InTx(ctx, func(ctx context.Context, tx db.Tx) error {
-				user := userInsert(ctx, t, tx, "ada@example.com")
-				if _, err := tx.JobInsert(ctx, testJobArgs{UserID: user.ID}, nil); err != nil {
-					return err
-				}
-				return errBoom
-			})
-			require.ErrorIs(t, err, errBoom)
-
-			_, err = store.UserGetByEmail(ctx, "ada@example.com")
-			require.ErrorIs(t, err, db.ErrNotFound)
-
-			jobs, err := store.Jobs().JobList(ctx, river.NewJobListParams())
-			require.NoError(t, err)
-			require.Empty(t, jobs.Jobs)
-		})
-	})
-}
-
-func TestStore_JobInsert(t *testing.T) {
-	t.Parallel()
-
-	dbtest.Engines(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
-		t.Run("Work", func(t *testing.T) {
-			t.Parallel()
-
-			ctx := t.Context()
-			store := newStore(t, dbtest.WithRiverConfig(func(db.Store) (*river.Config, error) {
-				workers := river.NewWorkers()
-				river.AddWorker(workers, river.WorkFunc(func(ctx context.Context, job *river.Job[testJobArgs]) error {
-					return nil
-				}))
-				return &river.Config{
-					FetchCooldown:     10 * time.Millisecond,
-					FetchPollInterval: 50 * time.Millisecond,
-					Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 1}},
-					Workers:           workers,
-				}, nil
-			}))
-
-			completed, cancel := store.Jobs().Subscribe(river.EventKindJobCompleted)
-			t.Cleanup(cancel)
-
-			require.NoError(t, store.Jobs().Start(ctx))
-			t.Cleanup(func() {
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				defer cancel()
-				require.NoError(t, store.Jobs().Stop(ctx))
-			})
-
-			// Inserted in a transaction that commits, then worked.
-			var jobID int64
-			require.NoError(t, store.InTx(ctx, func(ctx context.Context, tx db.Tx) error {
-				res, err := tx.JobInsert(ctx, testJobArgs{UserID: 1}, nil)
-				if err == nil {
-					jobID = res.Job.ID
-				}
-				return err
-			}))
-
-			select {
-			case event := <-completed:
-				require.Equal(t, jobID, event.Job.ID)
-			case <-time.After(10 * time.Second):
-				require.FailNow(t, "job not worked")
-			}
-		})
-
-		t.Run("Insert", func(t *testing.T) {
-			t.Parallel()
-
-			ctx := t.Context()
-			store := newStore(t)
-			require.NotNil(t, store.RiverUIEndpoints())
-
-			res, err := store.JobInsert(ctx, testJobArgs{UserID: 7}, &river.InsertOpts{Queue: "email"})
-			require.NoError(t, err)
-
-			job, err := store.Jobs().JobGet(ctx, res.Job.ID)
-			require.NoError(t, err)
-			require.Equal(t, "store_test", job.Kind)
-			require.Equal(t, "email", job.Queue)
-		})
 	})
 }
 
@@ -1175,77 +1055,6 @@ func TestStore_Engine(t *testing.T) {
 	dbtest.Engines(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
 		store := newStore(t)
 		require.Equal(t, strings.ToLower(strings.TrimPrefix(t.Name(), "TestStore_Engine/")), store.Engine())
-	})
-}
-
-func TestStore_CheckSchema(t *testing.T) {
-	t.Parallel()
-
-	dbtest.EnginesUnmigrated(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
-		ctx := t.Context()
-		store := newStore(t)
-
-		// River's schema only, as after `river migrate-up`.
-		dbtest.RiverMigrate(t, store, rivermigrate.DirectionUp, nil)
-		err := store.CheckSchema(ctx)
-		require.ErrorIs(t, err, db.ErrSchemaBehind)
-		require.ErrorContains(t, err, "the app's migrations are not applied")
-		require.NotContains(t, err.Error(), "River")
-
-		// Both, then River one step down.
-		require.NoError(t, store.Migrate(ctx))
-		require.NoError(t, store.CheckSchema(ctx))
-		res := dbtest.RiverMigrate(t, store, rivermigrate.DirectionDown, nil)
-		require.Len(t, res.Versions, 1)
-
-		err = store.CheckSchema(ctx)
-		require.ErrorIs(t, err, db.ErrSchemaBehind)
-		require.ErrorContains(t, err, "River's migrations [")
-		require.NotContains(t, err.Error(), "app's")
-	})
-}
-
-func TestStore_Migrate(t *testing.T) {
-	t.Parallel()
-
-	t.Run("Migrated", func(t *testing.T) {
-		t.Parallel()
-
-		dbtest.Engines(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
-			ctx := t.Context()
-			store := newStore(t)
-
-			require.NoError(t, store.CheckSchema(ctx))
-			require.NoError(t, store.Ready(ctx))
-
-			// Idempotent.
-			require.NoError(t, store.Migrate(ctx))
-			require.NoError(t, store.Migrate(ctx))
-			require.NoError(t, store.CheckSchema(ctx))
-		})
-	})
-
-	t.Run("Unmigrated", func(t *testing.T) {
-		t.Parallel()
-
-		dbtest.EnginesUnmigrated(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
-			ctx := t.Context()
-			store := newStore(t)
-
-			err := store.CheckSchema(ctx)
-			require.ErrorIs(t, err, db.ErrSchemaBehind)
-			require.ErrorContains(t, err, "River's migrations")
-			require.ErrorContains(t, err, "the app's migrations are not applied")
-
-			// CheckSchema only reads: it is still behind.
-			require.ErrorIs(t, store.CheckSchema(ctx), db.ErrSchemaBehind)
-
-			require.NoError(t, store.Migrate(ctx))
-			require.NoError(t, store.CheckSchema(ctx))
-			require.NoError(t, store.Migrate(ctx))
-
-			userInsert(ctx, t, store, "ada@example.com")
-		})
 	})
 }
 
@@ -1469,7 +1278,7 @@ func TestStore_RateLimitCounterConsumeChain(t *testing.T) {
 				WindowStart: now,
 			}
 		}
-		count := func(t *testing.T, store db.Store, key string) int64 {
+		count := func(t *testing.T, store db.Tables, key string) int64 {
 			t.Helper()
 			n, err := store.RateLimitCounterGet(t.Context(), &db.RateLimitCounterGetParams{KeyHash: tokenHash(key), WindowStart: now})
 			require.NoError(t, err)
@@ -1778,7 +1587,7 @@ func TestStore_User(t *testing.T) {
 
 	dbtest.Engines(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
 		type testBundle struct {
-			store db.Store
+			store db.Tables
 			user  *db.User
 		}
 

@@ -7,8 +7,6 @@ import (
 	"log/slog"
 
 	"github.com/pressly/goose/v3"
-	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/rivertype"
 )
 
 // TablesConfig configures NewTables. A nil *TablesConfig takes every default.
@@ -23,15 +21,19 @@ type TablesConfig struct {
 	GooseTable string
 }
 
-// NewTables returns postguard's tables on engine, without River: for a host app that runs River
-// itself and uses postguard's limiter (the Tables are an abuse.Consumer) and mail workers (jobs)
-// on its own pool or *sql.DB (postgres.NewEngineFromPool, sqlite.NewEngineFromDB). The Tables own
-// engine: closing them closes it (which leaves a host's own pool or *sql.DB open).
-func NewTables[TTx any](engine Engine[TTx], config *TablesConfig) Tables {
-	return newTables(engine, config)
+// MigrateOpts are MigrateTables' and MigrationsBehind's. A nil *MigrateOpts takes every default.
+type MigrateOpts struct {
+	// BeforeFunc, when set, runs under the migration lock before postguard's migrations, and an
+	// error it returns stops them: postguard's server applies River's migrations there, so that
+	// one lock covers both. MigrationsBehind ignores it.
+	BeforeFunc func(ctx context.Context) error
 }
 
-func newTables[TTx any](engine Engine[TTx], config *TablesConfig) *tables[TTx] {
+// NewTables returns postguard's tables on engine: for a host app that uses postguard's limiter
+// (the Tables are an abuse.Consumer) and mail workers (jobs) on its own pool or *sql.DB
+// (postgres.NewEngineFromPool, sqlite.NewEngineFromDB), and for postguard's own server. The
+// Tables own engine: closing them closes it (which leaves a host's own pool or *sql.DB open).
+func NewTables[TTx any](engine Engine[TTx], config *TablesConfig) Tables {
 	if config == nil {
 		config = &TablesConfig{}
 	}
@@ -51,7 +53,7 @@ func newTables[TTx any](engine Engine[TTx], config *TablesConfig) *tables[TTx] {
 	return t
 }
 
-// tables are the Tables on an Engine[TTx], and what a Store adds River to.
+// tables are the Tables on an Engine[TTx].
 type tables[TTx any] struct {
 	Queries
 	Counters
@@ -92,53 +94,77 @@ func (s *tables[TTx]) Engine() string { return s.engine.Name() }
 
 // Transact implements Tables.
 func (s *tables[TTx]) Transact(ctx context.Context, fn func(ctx context.Context, q Queries) error) error {
-	return s.inTx(ctx, func(ctx context.Context, _ TTx, q Queries) error { return fn(ctx, q) })
+	return TransactTx(ctx, s.engine, s.logger, func(ctx context.Context, _ TTx, q Queries) error { return fn(ctx, q) })
 }
 
-// inTx runs fn in one engine transaction, given the transaction and its statements. A
-// transaction whose connection was lost before its COMMIT was sent runs again, once, on another
-// connection (Engine.MayRetry): the server rolled it back when its session ended. One whose
-// COMMIT was sent and not answered is never run again: it may have committed.
-func (s *tables[TTx]) inTx(ctx context.Context, fn func(ctx context.Context, tx TTx, q Queries) error) error {
-	committing, err := s.tryTx(ctx, fn)
-	if err != nil && !committing && s.engine.MayRetry(ctx, err, true) {
-		s.logger.InfoContext(ctx, "transaction lost its connection before COMMIT; running it again", slog.String("error", err.Error()))
-		_, err = s.tryTx(ctx, fn)
+// TransactTx runs fn in one transaction of engine as Tables.Transact does, and gives fn the
+// engine's transaction beside postguard's statements on it: for code that adds statements of its
+// own to the transaction, such as River's InsertTx. logger receives the line about running
+// again; slog.Default() when nil.
+//
+// A transaction whose connection was lost before its COMMIT was sent runs again, once, on
+// another connection (Engine.MayRetry): the server rolled it back when its session ended. One
+// whose COMMIT was sent and not answered is never run again: it may have committed.
+func TransactTx[TTx any](ctx context.Context, engine Engine[TTx], logger *slog.Logger, fn func(ctx context.Context, tx TTx, q Queries) error) error {
+	committing, err := tryTx(ctx, engine, fn)
+	if err != nil && !committing && engine.MayRetry(ctx, err, true) {
+		if logger == nil {
+			logger = slog.Default()
+		}
+		logger.InfoContext(ctx, "transaction lost its connection before COMMIT; running it again", slog.String("error", err.Error()))
+		_, err = tryTx(ctx, engine, fn)
 	}
 	return err
 }
 
 // tryTx runs fn in one transaction. committing says COMMIT was sent: a failure then may have
 // committed.
-func (s *tables[TTx]) tryTx(ctx context.Context, fn func(ctx context.Context, tx TTx, q Queries) error) (committing bool, err error) {
-	tx, err := s.engine.Begin(ctx)
+func tryTx[TTx any](ctx context.Context, engine Engine[TTx], fn func(ctx context.Context, tx TTx, q Queries) error) (committing bool, err error) {
+	tx, err := engine.Begin(ctx)
 	if err != nil {
 		return false, fmt.Errorf("error beginning transaction: %w", err)
 	}
 	defer func() {
 		// A no-op after Commit; on a panic or an error, the rollback. Its own failure leaves
 		// nothing behind: a transaction whose connection fails is rolled back by the server.
-		_ = s.engine.Rollback(context.WithoutCancel(ctx), tx)
+		_ = engine.Rollback(context.WithoutCancel(ctx), tx)
 	}()
 
-	if err := fn(ctx, tx, s.engine.QueriesTx(tx)); err != nil {
+	if err := fn(ctx, tx, engine.QueriesTx(tx)); err != nil {
 		return false, err
 	}
-	if err := s.engine.Commit(ctx, tx); err != nil {
+	if err := engine.Commit(ctx, tx); err != nil {
 		// A COMMIT that failed before it was sent is safe to run again with its transaction.
-		return !s.engine.MayRetry(ctx, err, false), fmt.Errorf("error committing transaction: %w", err)
+		return !engine.MayRetry(ctx, err, false), fmt.Errorf("error committing transaction: %w", err)
 	}
 	return true, nil
 }
 
 // MigrateTables implements Tables.
-func (s *tables[TTx]) MigrateTables(ctx context.Context) error {
+func (s *tables[TTx]) MigrateTables(ctx context.Context, opts *MigrateOpts) error {
+	if opts == nil {
+		opts = &MigrateOpts{}
+	}
 	release, err := s.engine.LockMigrations(ctx)
 	if err != nil {
 		return fmt.Errorf("error taking the migration lock: %w", err)
 	}
 	defer release()
+	if opts.BeforeFunc != nil {
+		if err := opts.BeforeFunc(ctx); err != nil {
+			return err
+		}
+	}
 	return s.gooseUp(ctx)
+}
+
+// MigrationsBehind implements Tables.
+func (s *tables[TTx]) MigrationsBehind(ctx context.Context, _ *MigrateOpts) ([]string, error) {
+	behind, err := s.gooseBehind(ctx)
+	if err != nil || behind == "" {
+		return nil, err
+	}
+	return []string{behind}, nil
 }
 
 // gooseUp applies the app's migrations; the caller holds the migration lock.
@@ -210,42 +236,4 @@ func (s *tables[TTx]) goose() (*goose.Provider, func(), error) {
 		return nil, nil, fmt.Errorf("error creating goose provider: %w", err)
 	}
 	return provider, release, nil
-}
-
-// riverJobs is a Store's River client as Jobs, resolved at each call: the workers take it inside
-// RiverConfigFunc, before NewStore has built the client.
-type riverJobs[TTx any] struct{ s *store[TTx] }
-
-func (j riverJobs[TTx]) Start(ctx context.Context) error { return j.s.client.Start(ctx) }
-func (j riverJobs[TTx]) Stop(ctx context.Context) error  { return j.s.client.Stop(ctx) }
-func (j riverJobs[TTx]) StopAndCancel(ctx context.Context) error {
-	return j.s.client.StopAndCancel(ctx)
-}
-func (j riverJobs[TTx]) Stopped() <-chan struct{} { return j.s.client.Stopped() }
-func (j riverJobs[TTx]) Subscribe(kinds ...river.EventKind) (<-chan *river.Event, func()) {
-	return j.s.client.Subscribe(kinds...)
-}
-
-func (j riverJobs[TTx]) SubscribeConfig(config *river.SubscribeConfig) (<-chan *river.Event, func()) {
-	return j.s.client.SubscribeConfig(config)
-}
-
-func (j riverJobs[TTx]) JobGet(ctx context.Context, id int64) (*rivertype.JobRow, error) {
-	return j.s.client.JobGet(ctx, id)
-}
-
-func (j riverJobs[TTx]) JobList(ctx context.Context, params *river.JobListParams) (*river.JobListResult, error) {
-	return j.s.client.JobList(ctx, params)
-}
-
-func (j riverJobs[TTx]) JobDeleteMany(ctx context.Context, params *river.JobDeleteManyParams) (*river.JobDeleteManyResult, error) {
-	return j.s.client.JobDeleteMany(ctx, params)
-}
-
-func (j riverJobs[TTx]) JobRetry(ctx context.Context, id int64) (*rivertype.JobRow, error) {
-	return j.s.client.JobRetry(ctx, id)
-}
-
-func (j riverJobs[TTx]) JobCancel(ctx context.Context, id int64) (*rivertype.JobRow, error) {
-	return j.s.client.JobCancel(ctx, id)
 }

@@ -14,9 +14,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postguard/postguard/db"
-	"github.com/postguard/postguard/db/dbtest"
 	"github.com/postguard/postguard/db/postgres"
 	"github.com/postguard/postguard/db/sqlite"
+	"github.com/postguard/postguard/internal/dbtest"
 )
 
 // hostTables are postguard's tables on a handle a host app opened itself, with a table of the
@@ -120,8 +120,8 @@ func TestNewTables(t *testing.T) {
 			host.exec(t, "INSERT INTO goose_db_version (id, version_id, is_applied) VALUES (1, 0, TRUE), (2, 20260101000000, TRUE)")
 			host.exec(t, "CREATE TABLE accounts (id INTEGER PRIMARY KEY, email TEXT NOT NULL)")
 
-			require.NoError(t, host.tables.MigrateTables(ctx))
-			require.NoError(t, host.tables.MigrateTables(ctx), "idempotent")
+			require.NoError(t, host.tables.MigrateTables(ctx, nil))
+			require.NoError(t, host.tables.MigrateTables(ctx, nil), "idempotent")
 
 			names := host.tableNames(t)
 			for _, table := range []string{"accounts", "email_messages", "email_tokens", "goose_db_version", "postguard_db_version", "rate_limit_counters", "send_pacer"} {
@@ -139,7 +139,7 @@ func TestNewTables(t *testing.T) {
 
 			host := newHost(t)
 			ctx := t.Context()
-			require.NoError(t, host.tables.MigrateTables(ctx))
+			require.NoError(t, host.tables.MigrateTables(ctx, nil))
 
 			// The counters run, exact as ever.
 			window := &db.RateLimitCounterConsumeParams{KeyHash: tokenHash("k"), WindowStart: now, WindowEnd: now.Add(15 * time.Minute), LimitCount: 2}

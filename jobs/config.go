@@ -12,6 +12,7 @@ package jobs
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -55,18 +56,17 @@ const EmailMaxAttempts = 5
 // Deps are the long-lived collaborators of the jobs.
 type Deps struct {
 	// Store holds postguard's tables the workers read and write (messages, tokens, the send
-	// pacer, counters): postguard's own db.Store, or a host app's db.Tables on its own pool or
-	// *sql.DB. Required.
+	// pacer, counters): a host app's db.Tables on its own pool or *sql.DB, or postguard's own
+	// store. Required.
 	Store db.Tables
 	// Recipients give the workers each user's address, name and locale: a host app's own users
 	// table. NewWorkers requires it; NewRiverConfig, postguard's own configuration, defaults it
 	// to postguard's users table (UserRecipients(Store)).
 	Recipients Recipients
 	// Jobs is the River client prune deletes finished jobs through and the queue depth metric
-	// counts with (a db.Store's Jobs). NewRiverConfig requires it, as it turns River's own job
-	// cleaner off; for a host app's workers (NewWorkers) nil leaves finished jobs to the host's
-	// River.
-	Jobs db.Jobs
+	// counts with. NewRiverConfig requires it, as it turns River's own job cleaner off; for a
+	// host app's workers (NewWorkers) nil leaves finished jobs to the host's River.
+	Jobs RiverClient
 	// Sender delivers mail. nil means MAILER=none: the email queue is not worked, and email jobs
 	// stay queued (nothing is lost) until a process with a sender starts.
 	Sender mail.Sender
@@ -77,6 +77,13 @@ type Deps struct {
 	// Renderer renders the mail (APP_NAME, MAIL_TEMPLATES_DIR, DEFAULT_LOCALE). nil means the
 	// built-in templates, branded postguard, on Config.AppURL.
 	Renderer *mail.Renderer
+}
+
+// RiverClient is what prune and the queue-depth metric use of River's client: any
+// *river.Client[TTx] is one.
+type RiverClient interface {
+	JobList(ctx context.Context, params *river.JobListParams) (*river.JobListResult, error)
+	JobDeleteMany(ctx context.Context, params *river.JobDeleteManyParams) (*river.JobDeleteManyResult, error)
 }
 
 // Config configures the jobs. Its values are taken as given, checked by the caller (postguard's
@@ -143,7 +150,7 @@ type Workers struct {
 // NewWorkers builds the workers of deps and config, to Register on a River registry: postguard's
 // own, or a host app's, whose River client then works them and whose InsertTx inserts their jobs
 // (WelcomeEmailArgs and the others) in its own transactions. They use deps only when they work a
-// job, so they may be built while the store's River client is (see db.StoreConfig).
+// job, so they may be built before the River client that works them exists.
 func NewWorkers(deps *Deps, config *Config) (*Workers, error) {
 	if deps == nil || deps.Store == nil {
 		return nil, errors.New("jobs: Deps.Store is required")

@@ -16,11 +16,11 @@ import (
 	"github.com/postguard/postguard/jobs/mail"
 )
 
-// nopStore is a db.Store for config tests that never reach the database.
-type nopStore struct{ db.Store }
+// nopStore is a db.Tables for config tests that never reach the database.
+type nopStore struct{ db.Tables }
 
-// nopJobs is a db.Jobs for config tests that never reach River.
-type nopJobs struct{ db.Jobs }
+// nopJobs is a RiverClient for config tests that never reach River.
+type nopJobs struct{ RiverClient }
 
 // nopSender is a mail.Sender that accepts everything.
 type nopSender struct{}

@@ -15,7 +15,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postguard/postguard/db"
-	"github.com/postguard/postguard/db/dbtest"
+	"github.com/postguard/postguard/internal/dbtest"
+	"github.com/postguard/postguard/internal/riverstore"
 	"github.com/postguard/postguard/jobs/mail"
 	"github.com/postguard/postguard/jobs/mail/resendfake"
 	"github.com/postguard/postguard/tokens"
@@ -260,7 +261,7 @@ func TestEmailJobs_Uniqueness(t *testing.T) {
 	t.Parallel()
 
 	dbtest.Engines(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
-		insert := func(t *testing.T, store db.Store, args river.JobArgs) *rivertype.JobInsertResult {
+		insert := func(t *testing.T, store riverstore.Store, args river.JobArgs) *rivertype.JobInsertResult {
 			t.Helper()
 			res, err := store.JobInsert(t.Context(), args, nil)
 			require.NoError(t, err)

@@ -63,7 +63,7 @@ func ExampleNewWorkers() {
 		panic(err)
 	}
 	tables := db.NewTables(engine, &db.TablesConfig{Logger: quiet})
-	if err := tables.MigrateTables(ctx); err != nil {
+	if err := tables.MigrateTables(ctx, nil); err != nil {
 		panic(err)
 	}
 

@@ -8,9 +8,10 @@ import (
 	"path/filepath"
 
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riversqlite"
 
-	"github.com/postguard/postguard/db"
 	"github.com/postguard/postguard/db/sqlite"
+	"github.com/postguard/postguard/internal/riverstore"
 	"github.com/postguard/postguard/jobs"
 	"github.com/postguard/postguard/jobs/mail"
 )
@@ -30,9 +31,9 @@ func ExampleNewRiverConfig() {
 	if err != nil {
 		panic(err)
 	}
-	store, err := db.NewStore(engine, &db.StoreConfig{
+	store, _, err := riverstore.New(engine, riversqlite.New(engine.DB()), &riverstore.Config{
 		Logger: quiet,
-		RiverConfigFunc: func(store db.Store) (*river.Config, error) {
+		RiverConfigFunc: func(store riverstore.Store) (*river.Config, error) {
 			return jobs.NewRiverConfig(&jobs.Deps{Store: store, Jobs: store.Jobs(), Sender: mail.NewLogSender(quiet, nil), Logger: quiet}, &jobs.Config{
 				AppURL: "https://app.example.com",
 				MaxRPS: 2,

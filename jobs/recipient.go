@@ -45,7 +45,7 @@ func (f RecipientsFunc) Recipient(ctx context.Context, userID int64) (*Recipient
 	return f(ctx, userID)
 }
 
-// UserRecipients are the recipients of postguard's own users table, through q (a db.Store or
+// UserRecipients are the recipients of postguard's own users table, through q (postguard's store or
 // db.Tables).
 func UserRecipients(q db.Queries) Recipients {
 	return RecipientsFunc(func(ctx context.Context, userID int64) (*Recipient, error) {

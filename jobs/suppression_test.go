@@ -10,13 +10,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postguard/postguard/db"
-	"github.com/postguard/postguard/db/dbtest"
+	"github.com/postguard/postguard/internal/dbtest"
+	"github.com/postguard/postguard/internal/riverstore"
 	"github.com/postguard/postguard/jobs/mail/resendfake"
 	"github.com/postguard/postguard/tokens"
 )
 
 // suppress puts user's address on the suppression list, as a webhook event would.
-func suppress(t *testing.T, store db.Store, user *db.User, reason string) {
+func suppress(t *testing.T, store riverstore.Store, user *db.User, reason string) {
 	t.Helper()
 
 	require.NoError(t, store.EmailSuppressionInsert(t.Context(), &db.EmailSuppressionInsertParams{

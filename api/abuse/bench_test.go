@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/postguard/postguard/db"
-	"github.com/postguard/postguard/db/dbtest"
+	"github.com/postguard/postguard/internal/dbtest"
+	"github.com/postguard/postguard/internal/riverstore"
 )
 
 // BenchmarkKey compares the pooled keyer with a fresh hmac.New per key (the simple way).
@@ -88,10 +88,10 @@ func BenchmarkClientIP(b *testing.B) {
 func BenchmarkLimiter_Allow(b *testing.B) {
 	engines := []struct {
 		name     string
-		newStore func(b *testing.B) db.Store
+		newStore func(b *testing.B) riverstore.Store
 	}{
-		{"Postgres", func(b *testing.B) db.Store { return dbtest.NewPostgres(b) }},
-		{"SQLite", func(b *testing.B) db.Store { return dbtest.NewSQLite(b) }},
+		{"Postgres", func(b *testing.B) riverstore.Store { return dbtest.NewPostgres(b) }},
+		{"SQLite", func(b *testing.B) riverstore.Store { return dbtest.NewSQLite(b) }},
 	}
 	for _, engine := range engines {
 		b.Run(engine.name, func(b *testing.B) {

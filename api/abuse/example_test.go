@@ -33,7 +33,7 @@ func ExampleLimiter_Clear() {
 	}
 	tables := db.NewTables(engine, &db.TablesConfig{Logger: quiet})
 	defer tables.Close()
-	if err := tables.MigrateTables(ctx); err != nil {
+	if err := tables.MigrateTables(ctx, nil); err != nil {
 		panic(err)
 	}
 

@@ -18,7 +18,7 @@ import (
 // LimiterConfig.DenyCacheSize is 0.
 const DefaultDenyCacheSize = 10_000
 
-// Consumer is the counter store a Limiter counts in; db.Store and db.Tables implement it.
+// Consumer is the counter store a Limiter counts in; db.Tables implement it.
 // RateLimitCounterConsumeChain spends one request of each of a request's windows in order, in one
 // round trip, each in one atomic statement and only while the ones before it admitted (a window
 // at its limit refuses and counts nothing), and reads a user by email with them when asked;

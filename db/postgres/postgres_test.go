@@ -12,9 +12,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postguard/postguard/db"
-	"github.com/postguard/postguard/db/dbtest"
 	"github.com/postguard/postguard/db/postgres"
 	"github.com/postguard/postguard/db/postgres/dbsqlc"
+	"github.com/postguard/postguard/internal/dbtest"
+	"github.com/postguard/postguard/internal/riverstore"
 )
 
 // Postgres-only behaviour; what both engines share is in db's conformance suite.
@@ -225,7 +226,7 @@ func TestStore_InTx(t *testing.T) {
 		store := dbtest.OpenPostgres(t, database.URL)
 
 		var calls int
-		err := store.InTx(ctx, func(ctx context.Context, tx db.Tx) error {
+		err := store.InTx(ctx, func(ctx context.Context, tx riverstore.Tx) error {
 			calls++
 			if _, err := tx.UserInsert(ctx, &db.UserInsertParams{Email: "lost@example.com", PasswordHash: "x", Now: time.Now()}); err != nil {
 				return err
@@ -252,7 +253,7 @@ func TestStore_InTx(t *testing.T) {
 
 		store := dbtest.NewPostgres(t)
 		var calls int
-		err := store.InTx(t.Context(), func(ctx context.Context, tx db.Tx) error {
+		err := store.InTx(t.Context(), func(ctx context.Context, tx riverstore.Tx) error {
 			calls++
 			_, err := tx.UserGetByID(ctx, 424242)
 			return err

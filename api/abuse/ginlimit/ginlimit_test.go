@@ -15,7 +15,7 @@ import (
 
 	"github.com/postguard/postguard/api/abuse"
 	"github.com/postguard/postguard/api/abuse/ginlimit"
-	"github.com/postguard/postguard/db/dbtest"
+	"github.com/postguard/postguard/internal/dbtest"
 )
 
 var testSecret = []byte("ginlimit test secret, 32 bytes or more")

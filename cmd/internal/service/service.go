@@ -13,13 +13,18 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/riverdriver/riversqlite"
 	"riverqueue.com/riverui"
+	"riverqueue.com/riverui/uiendpoints"
 
 	"github.com/postguard/postguard/api"
 	"github.com/postguard/postguard/api/abuse"
 	"github.com/postguard/postguard/db"
 	"github.com/postguard/postguard/db/postgres"
 	"github.com/postguard/postguard/db/sqlite"
+	"github.com/postguard/postguard/internal/riverstore"
 	"github.com/postguard/postguard/jobs"
 	"github.com/postguard/postguard/jobs/mail"
 )
@@ -58,7 +63,7 @@ type Service struct {
 	Config   *Config
 	Logger   *slog.Logger
 	Role     Role
-	Store    db.Store
+	Store    riverstore.Store
 	Registry *prometheus.Registry
 	// Handler is the role's HTTP handler: the API (with River UI when configured), or health
 	// and metrics only for a worker.
@@ -74,7 +79,9 @@ type Service struct {
 	// MAILER=log on a loopback APP_URL (see DevMailServed), nil otherwise.
 	DevMail *mail.Outbox
 
-	stopUI context.CancelFunc
+	// riverUIEndpoints is River UI's API on the store's River client.
+	riverUIEndpoints func() uiendpoints.Bundle
+	stopUI           context.CancelFunc
 }
 
 // New builds the process of role from config: it opens the engine, takes the secret (on the
@@ -110,7 +117,7 @@ func New(ctx context.Context, config *Config, logger *slog.Logger, role Role, op
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
 	s := &Service{Config: config, Logger: logger, Role: role, Registry: registry, Mailer: mailer, DevMail: devMail}
-	secret, err := s.open(ctx, func(store db.Store, secret []byte) (*river.Config, error) {
+	secret, err := s.open(ctx, func(store riverstore.Store, secret []byte) (*river.Config, error) {
 		riverConfig, err := jobs.NewRiverConfig(
 			&jobs.Deps{
 				Store:      store,
@@ -177,7 +184,7 @@ func New(ctx context.Context, config *Config, logger *slog.Logger, role Role, op
 
 // OpenStore opens the store DATABASE_URL names with an insert-only River client, for work that
 // needs no workers (`postguard migrate`). Close the store when done.
-func OpenStore(ctx context.Context, config *Config, logger *slog.Logger) (db.Store, error) {
+func OpenStore(ctx context.Context, config *Config, logger *slog.Logger) (riverstore.Store, error) {
 	s := &Service{Config: config, Logger: logger}
 	if _, err := s.open(ctx, nil); err != nil {
 		return nil, err
@@ -188,17 +195,19 @@ func OpenStore(ctx context.Context, config *Config, logger *slog.Logger) (db.Sto
 // open opens the engine and builds s.Store on it, with the River config riverConfigFunc returns
 // given the store and the secret, and returns the secret: APP_SECRET, or the embedded default's
 // own. Without riverConfigFunc the client is insert-only and no secret is needed.
-func (s *Service) open(ctx context.Context, riverConfigFunc func(store db.Store, secret []byte) (*river.Config, error)) ([]byte, error) {
+func (s *Service) open(ctx context.Context, riverConfigFunc func(store riverstore.Store, secret []byte) (*river.Config, error)) ([]byte, error) {
 	config := s.Config
 	secret := config.AppSecret
-	var newStore func(storeConfig *db.StoreConfig) (db.Store, error)
+	var newStore func(storeConfig *riverstore.Config) (riverstore.Store, error)
 	switch config.Engine {
 	case EnginePostgres:
 		pg, err := postgres.NewEngine(ctx, config.DatabaseURL, &postgres.Config{Logger: s.Logger})
 		if err != nil {
 			return nil, fmt.Errorf("error connecting to PostgreSQL (DATABASE_URL): %w", err)
 		}
-		newStore = func(storeConfig *db.StoreConfig) (db.Store, error) { return db.NewStore(pg, storeConfig) }
+		newStore = func(storeConfig *riverstore.Config) (riverstore.Store, error) {
+			return openStore(s, pg, riverpgxv5.New(pg.Pool()), storeConfig)
+		}
 	default:
 		lite, err := sqlite.NewEngine(ctx, config.SQLitePath, &sqlite.Config{Logger: s.Logger})
 		if err != nil {
@@ -210,12 +219,14 @@ func (s *Service) open(ctx context.Context, riverConfigFunc func(store db.Store,
 				return nil, err
 			}
 		}
-		newStore = func(storeConfig *db.StoreConfig) (db.Store, error) { return db.NewStore(lite, storeConfig) }
+		newStore = func(storeConfig *riverstore.Config) (riverstore.Store, error) {
+			return openStore(s, lite, riversqlite.New(lite.DB()), storeConfig)
+		}
 	}
 
-	storeConfig := &db.StoreConfig{Logger: s.Logger}
+	storeConfig := &riverstore.Config{Logger: s.Logger}
 	if riverConfigFunc != nil {
-		storeConfig.RiverConfigFunc = func(store db.Store) (*river.Config, error) { return riverConfigFunc(store, secret) }
+		storeConfig.RiverConfigFunc = func(store riverstore.Store) (*river.Config, error) { return riverConfigFunc(store, secret) }
 	}
 	store, err := newStore(storeConfig) // closes the engine when it fails
 	if err != nil {
@@ -223,6 +234,17 @@ func (s *Service) open(ctx context.Context, riverConfigFunc func(store db.Store,
 	}
 	s.Store = store
 	return secret, nil
+}
+
+// openStore builds s's store on engine, with River's driver on the engine's connections, and River
+// UI's endpoints on its client.
+func openStore[TTx any](s *Service, engine db.Engine[TTx], driver riverdriver.Driver[TTx], config *riverstore.Config) (riverstore.Store, error) {
+	store, client, err := riverstore.New(engine, driver, config)
+	if err != nil {
+		return nil, err
+	}
+	s.riverUIEndpoints = func() uiendpoints.Bundle { return riverui.NewEndpoints(client, nil) }
+	return store, nil
 }
 
 // handler builds the role's HTTP handler.
@@ -235,7 +257,7 @@ func (s *Service) handler(secret []byte, opts *Opts) (http.Handler, error) {
 	var riverUI http.Handler
 	if config.RiverUIUsername != "" {
 		ui, err := riverui.NewHandler(&riverui.HandlerOpts{
-			Endpoints: s.Store.RiverUIEndpoints(),
+			Endpoints: s.riverUIEndpoints(),
 			Logger:    s.Logger,
 			Prefix:    "/riverui",
 		})

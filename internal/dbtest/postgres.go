@@ -16,10 +16,11 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/postguard/postguard/db"
 	"github.com/postguard/postguard/db/postgres"
+	"github.com/postguard/postguard/internal/riverstore"
 )
 
 // DatabaseURLDefault is the Postgres tests use when TEST_DATABASE_URL is unset.
@@ -189,12 +190,13 @@ func newEmptySchemaURL(t testing.TB) string {
 
 // openDiscarding opens an insert-only store on databaseURL that logs nothing, to migrate or check
 // a schema between tests.
-func openDiscarding(ctx context.Context, databaseURL string) (db.Store, error) {
+func openDiscarding(ctx context.Context, databaseURL string) (riverstore.Store, error) {
 	engine, err := postgres.NewEngine(ctx, databaseURL, &postgres.Config{Logger: discardLogger})
 	if err != nil {
 		return nil, err
 	}
-	return db.NewStore(engine, &db.StoreConfig{Logger: discardLogger})
+	store, _, err := riverstore.New(engine, riverpgxv5.New(engine.Pool()), &riverstore.Config{Logger: discardLogger})
+	return store, err
 }
 
 // admin is the process's connection to TEST_DATABASE_URL, made once.
