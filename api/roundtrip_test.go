@@ -89,14 +89,14 @@ func TestServer_RoundTrips(t *testing.T) {
 			rec := serve(t, bundle.router, jsonRequest(t, path, map[string]string{"email": uniqueEmail("nobody")}))
 			require.Equal(t, http.StatusAccepted, rec.Code)
 			sql := tracer.take()
-			require.Equal(t, []string{"-- name: RateLimitCounterConsumeChain :one"}, firstLines(sql),
+			require.Equal(t, []string{"-- name: RateLimitCounterConsumeChainUser :one"}, firstLines(sql),
 				"both checks and the user lookup in one statement")
 		})
 		t.Run("KnownEmail"+path, func(t *testing.T) {
 			rec := serve(t, bundle.router, jsonRequest(t, path, map[string]string{"email": known}))
 			require.Equal(t, http.StatusAccepted, rec.Code)
 			sql := firstLines(tracer.take())
-			require.Equal(t, "-- name: RateLimitCounterConsumeChain :one", sql[0])
+			require.Equal(t, "-- name: RateLimitCounterConsumeChainUser :one", sql[0])
 			require.Equal(t, "begin", strings.ToLower(sql[1]), "then the transaction of its job: %q", sql)
 			for _, s := range sql[1:] {
 				require.NotContains(t, s, "UserGetByEmail", "the user was read with the checks")

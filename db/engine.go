@@ -39,8 +39,10 @@ type Engine[TTx any] interface {
 	// GooseDB is a *sql.DB on the engine's connections and goose's dialect for it, for the app's
 	// migrations; release frees what GooseDB made (never the engine's connections).
 	GooseDB() (sqlDB *sql.DB, dialect goose.Dialect, release func())
-	// GooseTableExists says whether goose's version table exists, without creating it.
-	GooseTableExists(ctx context.Context, sqlDB *sql.DB) (bool, error)
+	// TableExists says whether the table of that name exists where the engine's statements
+	// find their tables (on PostgreSQL, the search_path's schema), as goose checks its version
+	// table: without creating anything.
+	TableExists(ctx context.Context, sqlDB *sql.DB, name string) (bool, error)
 	// LockMigrations waits for the lock that keeps two migrations of the database from running at
 	// once, and returns its release.
 	LockMigrations(ctx context.Context) (release func(), err error)

@@ -3,30 +3,13 @@ package db
 import (
 	"context"
 	"fmt"
-	"io/fs"
 	"log/slog"
-
-	"github.com/pressly/goose/v3"
 )
 
 // TablesConfig configures NewTables. A nil *TablesConfig takes every default.
 type TablesConfig struct {
 	// Logger receives the migrations' lines; slog.Default() when nil.
 	Logger *slog.Logger
-
-	// GooseTable is the table goose records postguard's migrations in; goose's default
-	// (goose_db_version) when "". A host app that runs goose for its own migrations in the same
-	// schema gives another name (postguard_db_version, say), or the two sets of versions would
-	// be read as one.
-	GooseTable string
-}
-
-// MigrateOpts are MigrateTables' and MigrationsBehind's. A nil *MigrateOpts takes every default.
-type MigrateOpts struct {
-	// BeforeFunc, when set, runs under the migration lock before postguard's migrations, and an
-	// error it returns stops them: postguard's server applies River's migrations there, so that
-	// one lock covers both. MigrationsBehind ignores it.
-	BeforeFunc func(ctx context.Context) error
 }
 
 // NewTables returns postguard's tables on engine: for a host app that uses postguard's limiter
@@ -38,17 +21,13 @@ func NewTables[TTx any](engine Engine[TTx], config *TablesConfig) Tables {
 		config = &TablesConfig{}
 	}
 	t := &tables[TTx]{
-		Queries:    engine.Queries(),
-		Counters:   engine.Counters(),
-		engine:     engine,
-		logger:     config.Logger,
-		gooseTable: config.GooseTable,
+		Queries:  engine.Queries(),
+		Counters: engine.Counters(),
+		engine:   engine,
+		logger:   config.Logger,
 	}
 	if t.logger == nil {
 		t.logger = slog.Default()
-	}
-	if t.gooseTable == "" {
-		t.gooseTable = goose.DefaultTablename
 	}
 	return t
 }
@@ -58,9 +37,8 @@ type tables[TTx any] struct {
 	Queries
 	Counters
 
-	engine     Engine[TTx]
-	logger     *slog.Logger
-	gooseTable string
+	engine Engine[TTx]
+	logger *slog.Logger
 }
 
 // RateLimitCounterConsumeChain implements Counters: it checks the chain, and spends a chain of
@@ -140,100 +118,8 @@ func tryTx[TTx any](ctx context.Context, engine Engine[TTx], fn func(ctx context
 	return true, nil
 }
 
-// MigrateTables implements Tables.
-func (s *tables[TTx]) MigrateTables(ctx context.Context, opts *MigrateOpts) error {
-	if opts == nil {
-		opts = &MigrateOpts{}
-	}
-	release, err := s.engine.LockMigrations(ctx)
-	if err != nil {
-		return fmt.Errorf("error taking the migration lock: %w", err)
-	}
-	defer release()
-	if opts.BeforeFunc != nil {
-		if err := opts.BeforeFunc(ctx); err != nil {
-			return err
-		}
-	}
-	return s.gooseUp(ctx)
-}
-
-// MigrationsBehind implements Tables.
-func (s *tables[TTx]) MigrationsBehind(ctx context.Context, _ *MigrateOpts) ([]string, error) {
-	behind, err := s.gooseBehind(ctx)
-	if err != nil || behind == "" {
-		return nil, err
-	}
-	return []string{behind}, nil
-}
-
-// gooseUp applies the app's migrations; the caller holds the migration lock.
-func (s *tables[TTx]) gooseUp(ctx context.Context) error {
-	provider, release, err := s.goose()
-	if err != nil {
-		return err
-	}
-	defer release()
-	if _, err := provider.Up(ctx); err != nil {
-		return fmt.Errorf("error applying the app's migrations: %w", err)
-	}
-	return nil
-}
-
 // Ready implements Tables.
 func (s *tables[TTx]) Ready(ctx context.Context) error { return s.engine.Ready(ctx) }
 
 // Close implements Tables.
 func (s *tables[TTx]) Close() error { return s.engine.Close() }
-
-// gooseBehind says how far behind the app's migrations are, or "" when all are applied. Unlike
-// goose's own checks, it does not create goose's version table when there is none.
-func (s *tables[TTx]) gooseBehind(ctx context.Context) (string, error) {
-	provider, release, err := s.goose()
-	if err != nil {
-		return "", err
-	}
-	defer release()
-
-	sqlDB, _, releaseDB := s.engine.GooseDB()
-	defer releaseDB()
-	exists, err := s.engine.GooseTableExists(ctx, sqlDB)
-	if err != nil {
-		return "", fmt.Errorf("error checking goose's version table: %w", err)
-	}
-	if !exists {
-		return "the app's migrations are not applied", nil
-	}
-
-	pending, err := provider.HasPending(ctx)
-	if err != nil {
-		return "", fmt.Errorf("error checking the app's migrations: %w", err)
-	}
-	if !pending {
-		return "", nil
-	}
-	current, target, err := provider.GetVersions(ctx)
-	if err != nil {
-		return "", fmt.Errorf("error reading the app's migration version: %w", err)
-	}
-	return fmt.Sprintf("the app's schema is at version %d of %d", current, target), nil
-}
-
-// goose is goose with the engine's migrations, on the engine's connections.
-func (s *tables[TTx]) goose() (*goose.Provider, func(), error) {
-	migrations, err := fs.Sub(Migrations, "migrations/"+s.engine.Name())
-	if err != nil {
-		return nil, nil, fmt.Errorf("error opening migrations: %w", err)
-	}
-	sqlDB, dialect, release := s.engine.GooseDB()
-	provider, err := goose.NewProvider(dialect, sqlDB, migrations,
-		goose.WithDisableGlobalRegistry(true),
-		goose.WithTableName(s.gooseTable),
-		goose.WithSlog(s.logger),
-	)
-	if err != nil {
-		release()
-		return nil, nil, fmt.Errorf("error creating goose provider: %w", err)
-	}
-	return provider, release, nil
-}

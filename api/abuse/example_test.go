@@ -33,7 +33,7 @@ func ExampleLimiter_Clear() {
 	}
 	tables := db.NewTables(engine, &db.TablesConfig{Logger: quiet})
 	defer tables.Close()
-	if err := tables.MigrateTables(ctx, nil); err != nil {
+	if err := tables.MigrateTables(ctx, &db.MigrateOpts{Parts: []db.Part{db.PartLimiter}}); err != nil {
 		panic(err)
 	}
 

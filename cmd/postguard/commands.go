@@ -49,6 +49,6 @@ func (c *migrateCommand) Run(ctx context.Context, env *commandEnv) error {
 	if err := store.Migrate(ctx); err != nil {
 		return fmt.Errorf("error migrating %s database: %w", store.Engine(), err)
 	}
-	_, err = fmt.Fprintf(env.Stdout, "postguard: %s schema is up to date (River's and the app's migrations)\n", store.Engine())
+	_, err = fmt.Fprintf(env.Stdout, "postguard: %s schema is up to date (River's migrations and postguard's)\n", store.Engine())
 	return err
 }

@@ -215,10 +215,10 @@ func (e *Engine) GooseDB() (*sql.DB, goose.Dialect, func()) {
 	return sqlDB, goose.DialectPostgres, func() { sqlDB.Close() }
 }
 
-// GooseTableExists implements db.Engine, with the check goose itself runs, on the same
-// search_path.
-func (e *Engine) GooseTableExists(ctx context.Context, sqlDB *sql.DB) (bool, error) {
-	versionStore, err := database.NewStore(goose.DialectPostgres, goose.DefaultTablename)
+// TableExists implements db.Engine, with the check goose itself runs for its version table, on
+// the same search_path.
+func (e *Engine) TableExists(ctx context.Context, sqlDB *sql.DB, name string) (bool, error) {
+	versionStore, err := database.NewStore(goose.DialectPostgres, name)
 	if err != nil {
 		return false, fmt.Errorf("error creating goose store: %w", err)
 	}

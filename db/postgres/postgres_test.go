@@ -58,7 +58,7 @@ func TestStore_Migrate(t *testing.T) {
 			SELECT current_schema(), count(*)
 			FROM pg_tables
 			WHERE schemaname = current_schema()
-				AND tablename IN ('goose_db_version', 'river_job', 'river_migration', 'users')`,
+				AND tablename IN ('postguard_service_db_version', 'river_job', 'river_migration', 'users')`,
 		).Scan(&schema, &tables))
 		require.Regexp(t, `^pgtest_`, schema)
 		require.Equal(t, 4, tables)

@@ -371,38 +371,63 @@ func (c *counters) RateLimitCounterConsume(ctx context.Context, params *db.RateL
 }
 
 // RateLimitCounterConsumeChain implements db.Counters in one statement, and so one round trip,
-// on the rate-limit pool: the user is read on it too (a read does not care for its commits).
-// db's Tables checked the chain and spend a chain of one window with RateLimitCounterConsume.
+// on the rate-limit pool: the user is read on it too (a read does not care for its commits). A
+// chain that reads no user names no table but the counters, so that the limiter runs on the
+// limiter's part alone. db's Tables checked the chain and spend a chain of one window with
+// RateLimitCounterConsume.
 func (c *counters) RateLimitCounterConsumeChain(ctx context.Context, params *db.RateLimitCounterChainParams) (*db.RateLimitCounterChainResult, error) {
 	arg := chainArgs(params)
 	// Not idempotent: a retry after a lost answer would count twice.
-	row, err := retryOnce(ctx, false, func() (*dbsqlc.RateLimitCounterConsumeChainRow, error) {
-		return sqlc.RateLimitCounterConsumeChain(ctx, c.pool, arg)
+	result, err := retryOnce(ctx, false, func() (*db.RateLimitCounterChainResult, error) {
+		if params.UserEmail == "" {
+			row, err := sqlc.RateLimitCounterConsumeChain(ctx, c.pool, arg)
+			if err != nil {
+				return nil, err
+			}
+			return chainResult(params, nil, row.Count1, row.Count2, row.Count3), nil
+		}
+		row, err := sqlc.RateLimitCounterConsumeChainUser(ctx, c.pool, dbsqlc.RateLimitCounterConsumeChainUserParams{
+			UserEmail: params.UserEmail,
+			KeyHash1:  arg.KeyHash1, WindowStart1: arg.WindowStart1, WindowEnd1: arg.WindowEnd1, LimitCount1: arg.LimitCount1,
+			KeyHash2: arg.KeyHash2, WindowStart2: arg.WindowStart2, WindowEnd2: arg.WindowEnd2, LimitCount2: arg.LimitCount2,
+			KeyHash3: arg.KeyHash3, WindowStart3: arg.WindowStart3, WindowEnd3: arg.WindowEnd3, LimitCount3: arg.LimitCount3,
+		})
+		if err != nil {
+			return nil, err
+		}
+		var user *db.User
+		if row.UserID != nil {
+			user = &db.User{
+				ID:              *row.UserID,
+				Email:           *row.UserEmail,
+				Name:            *row.UserName,
+				PasswordHash:    *row.UserPasswordHash,
+				EmailVerifiedAt: row.UserEmailVerifiedAt,
+				UnsubscribedAt:  row.UserUnsubscribedAt,
+				CreatedAt:       *row.UserCreatedAt,
+				UpdatedAt:       *row.UserUpdatedAt,
+				Locale:          *row.UserLocale,
+			}
+		}
+		return chainResult(params, user, row.Count1, row.Count2, row.Count3), nil
 	})
 	if err != nil {
 		return nil, wrap("consuming rate limit counters", err)
 	}
-	result := &db.RateLimitCounterChainResult{}
-	for _, count := range []int64{row.Count1, row.Count2, row.Count3}[:len(params.Windows)] {
+	return result, nil
+}
+
+// chainResult is the result of a chain of params whose statement returned counts (0 for a window
+// that refused or was not spent) and user.
+func chainResult(params *db.RateLimitCounterChainParams, user *db.User, counts ...int64) *db.RateLimitCounterChainResult {
+	result := &db.RateLimitCounterChainResult{User: user}
+	for _, count := range counts[:len(params.Windows)] {
 		if count == 0 {
 			break
 		}
 		result.Counts = append(result.Counts, count)
 	}
-	if row.UserID != nil {
-		result.User = &db.User{
-			ID:              *row.UserID,
-			Email:           *row.UserEmail,
-			Name:            *row.UserName,
-			PasswordHash:    *row.UserPasswordHash,
-			EmailVerifiedAt: row.UserEmailVerifiedAt,
-			UnsubscribedAt:  row.UserUnsubscribedAt,
-			CreatedAt:       *row.UserCreatedAt,
-			UpdatedAt:       *row.UserUpdatedAt,
-			Locale:          *row.UserLocale,
-		}
-	}
-	return result, nil
+	return result
 }
 
 // chainArgs are the statement's arguments for params (1 to db.RateLimitChainMax windows, checked
@@ -410,15 +435,11 @@ func (c *counters) RateLimitCounterConsumeChain(ctx context.Context, params *db.
 func chainArgs(params *db.RateLimitCounterChainParams) dbsqlc.RateLimitCounterConsumeChainParams {
 	var w [db.RateLimitChainMax]db.RateLimitCounterConsumeParams
 	copy(w[:], params.Windows)
-	arg := dbsqlc.RateLimitCounterConsumeChainParams{
+	return dbsqlc.RateLimitCounterConsumeChainParams{
 		KeyHash1: w[0].KeyHash, WindowStart1: w[0].WindowStart, WindowEnd1: w[0].WindowEnd, LimitCount1: w[0].LimitCount,
 		KeyHash2: w[1].KeyHash, WindowStart2: w[1].WindowStart, WindowEnd2: w[1].WindowEnd, LimitCount2: w[1].LimitCount,
 		KeyHash3: w[2].KeyHash, WindowStart3: w[2].WindowStart, WindowEnd3: w[2].WindowEnd, LimitCount3: w[2].LimitCount,
 	}
-	if params.UserEmail != "" {
-		arg.UserEmail = &params.UserEmail
-	}
-	return arg
 }
 
 // RateLimitCounterGet implements db.Counters: no row is a count of 0.

@@ -24,9 +24,9 @@ import (
 	"github.com/postguard/postguard/db/sqlite/dbsqlc"
 )
 
-// gooseTableExistsSQL says whether goose's version table exists. Goose's SQLite dialect has no
-// such check, and sqlc's SQLite catalog does not know sqlite_master.
-const gooseTableExistsSQL = `SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?)`
+// tableExistsSQL says whether a table exists. Goose's SQLite dialect has no such check, and
+// sqlc's SQLite catalog does not know sqlite_master.
+const tableExistsSQL = `SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?)`
 
 // BusyTimeoutDefault is Config.BusyTimeout's default: long enough to wait out another writer's
 // transaction (a `postguard migrate`, a backup), shorter than a request's deadline (10 s), so a
@@ -179,10 +179,10 @@ func (e *Engine) GooseDB() (*sql.DB, goose.Dialect, func()) {
 	return e.db, goose.DialectSQLite3, func() {}
 }
 
-// GooseTableExists implements db.Engine.
-func (e *Engine) GooseTableExists(ctx context.Context, sqlDB *sql.DB) (bool, error) {
+// TableExists implements db.Engine.
+func (e *Engine) TableExists(ctx context.Context, sqlDB *sql.DB, name string) (bool, error) {
 	var exists bool
-	err := sqlDB.QueryRowContext(ctx, gooseTableExistsSQL, goose.DefaultTablename).Scan(&exists)
+	err := sqlDB.QueryRowContext(ctx, tableExistsSQL, name).Scan(&exists)
 	return exists, interpretError(err)
 }
 

@@ -166,7 +166,7 @@ func (a *App) Migrate(ctx context.Context) error {
 	if _, err := migrator.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
 		return fmt.Errorf("error applying River's migrations: %w", err)
 	}
-	if err := a.tables.MigrateTables(ctx, nil); err != nil {
+	if err := a.tables.MigrateTables(ctx, &db.MigrateOpts{Parts: []db.Part{db.PartLimiter, db.PartMail}}); err != nil {
 		return err
 	}
 	if _, err := a.pool.Exec(ctx, accountsSchema); err != nil {

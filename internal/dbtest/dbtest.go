@@ -7,11 +7,15 @@ package dbtest
 
 import (
 	"crypto/rand"
+	"database/sql"
 	"encoding/hex"
+	"io/fs"
 	"log/slog"
 	"path/filepath"
 	"testing"
 
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
@@ -161,4 +165,33 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b) // never fails, per crypto/rand
 	return hex.EncodeToString(b)
+}
+
+// SQLiteOrPostgresDB is a *sql.DB on the store's database: the SQLite engine's own, or one over
+// the PostgreSQL engine's pool, closed when t ends.
+func (s *Store) SQLiteOrPostgresDB(t testing.TB) *sql.DB {
+	t.Helper()
+
+	if s.SQLite != nil {
+		return s.SQLite.DB()
+	}
+	sqlDB := stdlib.OpenDBFromPool(s.Postgres.Pool())
+	t.Cleanup(func() { _ = sqlDB.Close() })
+	return sqlDB
+}
+
+// MigrateRevision2 brings the empty database behind sqlDB (engine "postgres" or "sqlite") to
+// version of the history postguard ran before revision 3 (7: revision 2's last), as it ran it:
+// goose, the very migration files, in goose's default table. Revision 3's MigrateTables upgrades
+// such a database in place (db.MigrateOpts.Revision2Table).
+func MigrateRevision2(t testing.TB, sqlDB *sql.DB, engine string, version int64) {
+	t.Helper()
+
+	dialect := map[string]goose.Dialect{"postgres": goose.DialectPostgres, "sqlite": goose.DialectSQLite3}[engine]
+	migrations, err := fs.Sub(db.Migrations, "migrations/"+engine+"/revision2")
+	require.NoError(t, err)
+	provider, err := goose.NewProvider(dialect, sqlDB, migrations, goose.WithDisableGlobalRegistry(true), goose.WithSlog(Logger(t)))
+	require.NoError(t, err)
+	_, err = provider.UpTo(t.Context(), version)
+	require.NoError(t, err)
 }

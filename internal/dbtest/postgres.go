@@ -292,7 +292,8 @@ func (a *adminDB) emptySchema(ctx context.Context, schema string) error {
 			SELECT tablename
 			FROM pg_tables
 			WHERE schemaname = $1
-				AND tablename NOT IN ('goose_db_version', 'river_migration')
+				AND tablename NOT LIKE '%\_db\_version'
+				AND tablename <> 'river_migration'
 			ORDER BY tablename`, schema)
 		if err != nil {
 			return err

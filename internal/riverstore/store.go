@@ -46,8 +46,9 @@ type Store interface {
 	Jobs() Jobs
 
 	// Migrate applies River's migrations (rivermigrate: the very ones `river migrate-up`
-	// applies, recorded in river_migration) and then postguard's (goose), holding the engine's
-	// migration lock so two deploys cannot race. Idempotent.
+	// applies, recorded in river_migration) and then those of every part of postguard's tables
+	// (goose), holding the engine's migration lock so two deploys cannot race. A database of
+	// before revision 3 is upgraded in place (db.MigrateOpts.Revision2Table). Idempotent.
 	Migrate(ctx context.Context) error
 	// CheckSchema returns an error wrapping ErrSchemaBehind, naming what is behind, while any
 	// migration is missing. It only reads.
@@ -164,9 +165,15 @@ func (s *store[TTx]) JobInsert(ctx context.Context, args river.JobArgs, opts *ri
 // Jobs implements Store: the client, through a handle that may be taken before it exists.
 func (s *store[TTx]) Jobs() Jobs { return riverJobs[TTx]{s} }
 
+// migrateOpts are the server's: every part, from a database of before revision 3 too.
+func migrateOpts() *db.MigrateOpts {
+	return &db.MigrateOpts{Parts: db.Parts(), Revision2Table: db.Revision2GooseTable}
+}
+
 // Migrate implements Store.
 func (s *store[TTx]) Migrate(ctx context.Context) error {
-	return s.MigrateTables(ctx, &db.MigrateOpts{BeforeFunc: func(ctx context.Context) error {
+	opts := migrateOpts()
+	opts.BeforeFunc = func(ctx context.Context) error {
 		migrator, err := s.riverMigrator()
 		if err != nil {
 			return err
@@ -175,7 +182,8 @@ func (s *store[TTx]) Migrate(ctx context.Context) error {
 			return fmt.Errorf("error applying River's migrations: %w", err)
 		}
 		return nil
-	}})
+	}
+	return s.MigrateTables(ctx, opts)
 }
 
 // CheckSchema implements Store.
@@ -193,7 +201,7 @@ func (s *store[TTx]) CheckSchema(ctx context.Context) error {
 	if missing := missingVersions(migrator.AllVersions(), existing); len(missing) > 0 {
 		behind = append(behind, fmt.Sprintf("River's migrations %v are not applied", missing))
 	}
-	tablesBehind, err := s.MigrationsBehind(ctx, nil)
+	tablesBehind, err := s.MigrationsBehind(ctx, migrateOpts())
 	if err != nil {
 		return err
 	}

@@ -176,7 +176,9 @@ func TestStore_CheckSchema(t *testing.T) {
 		dbtest.RiverMigrate(t, store, rivermigrate.DirectionUp, nil)
 		err := store.CheckSchema(ctx)
 		require.ErrorIs(t, err, riverstore.ErrSchemaBehind)
-		require.ErrorContains(t, err, "the app's migrations are not applied")
+		for _, part := range db.Parts() {
+			require.ErrorContains(t, err, fmt.Sprintf("postguard's %s tables are not migrated", part))
+		}
 		require.NotContains(t, err.Error(), "River")
 
 		// Both, then River one step down.
@@ -188,7 +190,7 @@ func TestStore_CheckSchema(t *testing.T) {
 		err = store.CheckSchema(ctx)
 		require.ErrorIs(t, err, riverstore.ErrSchemaBehind)
 		require.ErrorContains(t, err, "River's migrations [")
-		require.NotContains(t, err.Error(), "app's")
+		require.NotContains(t, err.Error(), "tables are")
 	})
 }
 
@@ -222,7 +224,7 @@ func TestStore_Migrate(t *testing.T) {
 			err := store.CheckSchema(ctx)
 			require.ErrorIs(t, err, riverstore.ErrSchemaBehind)
 			require.ErrorContains(t, err, "River's migrations")
-			require.ErrorContains(t, err, "the app's migrations are not applied")
+			require.ErrorContains(t, err, "postguard's limiter tables are not migrated")
 
 			// CheckSchema only reads: it is still behind.
 			require.ErrorIs(t, store.CheckSchema(ctx), riverstore.ErrSchemaBehind)
@@ -233,5 +235,32 @@ func TestStore_Migrate(t *testing.T) {
 
 			userInsert(ctx, t, store, "ada@example.com")
 		})
+	})
+}
+
+// A database postguard's server migrated up to revision 2 (River's tables, and postguard's in
+// one goose history in goose_db_version) is behind until `postguard migrate` (or serve on
+// SQLite) upgrades it in place, its rows kept.
+func TestStore_MigrateRevision2(t *testing.T) {
+	t.Parallel()
+
+	dbtest.EnginesUnmigrated(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
+		ctx := t.Context()
+		store := newStore(t)
+		sqlDB := store.SQLiteOrPostgresDB(t)
+		dbtest.RiverMigrate(t, store, rivermigrate.DirectionUp, nil)
+		dbtest.MigrateRevision2(t, sqlDB, store.Engine(), 7)
+		user := userInsert(ctx, t, store, "ada@example.com")
+
+		err := store.CheckSchema(ctx)
+		require.ErrorIs(t, err, riverstore.ErrSchemaBehind)
+		require.ErrorContains(t, err, "postguard's tables are as revision 2 migrated them (goose_db_version)")
+
+		require.NoError(t, store.Migrate(ctx))
+		require.NoError(t, store.CheckSchema(ctx))
+		got, err := store.UserGetByEmail(ctx, "ada@example.com")
+		require.NoError(t, err)
+		require.Equal(t, user.ID, got.ID)
+		userInsert(ctx, t, store, "grace@example.com")
 	})
 }

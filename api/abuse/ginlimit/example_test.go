@@ -44,7 +44,7 @@ func Example() {
 		panic(err)
 	}
 	tables := db.NewTables(engine, &db.TablesConfig{Logger: quiet})
-	if err := tables.MigrateTables(ctx, nil); err != nil {
+	if err := tables.MigrateTables(ctx, &db.MigrateOpts{Parts: []db.Part{db.PartLimiter}}); err != nil {
 		panic(err)
 	}
 

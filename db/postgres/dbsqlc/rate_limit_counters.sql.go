@@ -55,6 +55,98 @@ func (q *Queries) RateLimitCounterConsume(ctx context.Context, db DBTX, arg Rate
 const rateLimitCounterConsumeChain = `-- name: RateLimitCounterConsumeChain :one
 WITH first AS (
     INSERT INTO rate_limit_counters (key_hash, window_start, window_end, count, limit_count)
+    VALUES ($1::bytea, $2::timestamptz, $3::timestamptz, 1, $4::bigint)
+    ON CONFLICT (key_hash, window_start) DO UPDATE
+    SET count = rate_limit_counters.count + 1
+    WHERE rate_limit_counters.count < excluded.limit_count
+    RETURNING count
+),
+second AS (
+    INSERT INTO rate_limit_counters (key_hash, window_start, window_end, count, limit_count)
+    SELECT $5::bytea, $6::timestamptz, $7::timestamptz, 1, $8::bigint
+    FROM first
+    WHERE $5::bytea IS NOT NULL
+    ON CONFLICT (key_hash, window_start) DO UPDATE
+    SET count = rate_limit_counters.count + 1
+    WHERE rate_limit_counters.count < excluded.limit_count
+    RETURNING count
+),
+third AS (
+    INSERT INTO rate_limit_counters (key_hash, window_start, window_end, count, limit_count)
+    SELECT $9::bytea, $10::timestamptz, $11::timestamptz, 1, $12::bigint
+    FROM second
+    WHERE $9::bytea IS NOT NULL
+    ON CONFLICT (key_hash, window_start) DO UPDATE
+    SET count = rate_limit_counters.count + 1
+    WHERE rate_limit_counters.count < excluded.limit_count
+    RETURNING count
+),
+counts AS (
+    SELECT
+        coalesce((SELECT count FROM first), 0)::bigint AS count_1,
+        coalesce((SELECT count FROM second), 0)::bigint AS count_2,
+        coalesce((SELECT count FROM third), 0)::bigint AS count_3
+)
+SELECT
+    counts.count_1,
+    counts.count_2,
+    counts.count_3
+FROM counts
+`
+
+type RateLimitCounterConsumeChainParams struct {
+	KeyHash1     []byte
+	WindowStart1 time.Time
+	WindowEnd1   time.Time
+	LimitCount1  int64
+	KeyHash2     []byte
+	WindowStart2 time.Time
+	WindowEnd2   time.Time
+	LimitCount2  int64
+	KeyHash3     []byte
+	WindowStart3 time.Time
+	WindowEnd3   time.Time
+	LimitCount3  int64
+}
+
+type RateLimitCounterConsumeChainRow struct {
+	Count1 int64
+	Count2 int64
+	Count3 int64
+}
+
+// RateLimitCounterConsumeChain spends one request of up to three fixed windows, in order, in one
+// statement and so one round trip: each window is spent as RateLimitCounterConsume spends it, and
+// only when the one before it admitted (a data-modifying CTE runs once, and "second" reads
+// "first"'s RETURNING, so it inserts nothing when "first" refused). A window whose key is NULL is
+// not part of the chain, nor is any after it. A count of 0 says that window refused or was not
+// spent (an admitted window counts at least 1). The windows' keys are of different scopes, so no
+// two CTEs touch one row, and every statement locks its rows in the same order of scopes:
+// concurrent chains cannot deadlock. It names no table but the counters: the limiter's part of
+// postguard's tables is all it needs (RateLimitCounterConsumeChainUser reads a user too).
+func (q *Queries) RateLimitCounterConsumeChain(ctx context.Context, db DBTX, arg RateLimitCounterConsumeChainParams) (*RateLimitCounterConsumeChainRow, error) {
+	row := db.QueryRow(ctx, rateLimitCounterConsumeChain,
+		arg.KeyHash1,
+		arg.WindowStart1,
+		arg.WindowEnd1,
+		arg.LimitCount1,
+		arg.KeyHash2,
+		arg.WindowStart2,
+		arg.WindowEnd2,
+		arg.LimitCount2,
+		arg.KeyHash3,
+		arg.WindowStart3,
+		arg.WindowEnd3,
+		arg.LimitCount3,
+	)
+	var i RateLimitCounterConsumeChainRow
+	err := row.Scan(&i.Count1, &i.Count2, &i.Count3)
+	return &i, err
+}
+
+const rateLimitCounterConsumeChainUser = `-- name: RateLimitCounterConsumeChainUser :one
+WITH first AS (
+    INSERT INTO rate_limit_counters (key_hash, window_start, window_end, count, limit_count)
     VALUES ($4::bytea, $5::timestamptz, $6::timestamptz, 1, $7::bigint)
     ON CONFLICT (key_hash, window_start) DO UPDATE
     SET count = rate_limit_counters.count + 1
@@ -108,8 +200,8 @@ LEFT JOIN users
     AND ($3::bytea IS NULL OR counts.count_3 > 0)
 `
 
-type RateLimitCounterConsumeChainParams struct {
-	UserEmail    *string
+type RateLimitCounterConsumeChainUserParams struct {
+	UserEmail    string
 	KeyHash2     []byte
 	KeyHash3     []byte
 	KeyHash1     []byte
@@ -124,7 +216,7 @@ type RateLimitCounterConsumeChainParams struct {
 	LimitCount3  int64
 }
 
-type RateLimitCounterConsumeChainRow struct {
+type RateLimitCounterConsumeChainUserRow struct {
 	Count1              int64
 	Count2              int64
 	Count3              int64
@@ -139,17 +231,12 @@ type RateLimitCounterConsumeChainRow struct {
 	UserLocale          *string
 }
 
-// RateLimitCounterConsumeChain spends one request of up to three fixed windows, in order, in one
-// statement and so one round trip: each window is spent as RateLimitCounterConsume spends it, and
-// only when the one before it admitted (a data-modifying CTE runs once, and "second" reads
-// "first"'s RETURNING, so it inserts nothing when "first" refused). A window whose key is NULL is
-// not part of the chain, nor is any after it. A count of 0 says that window refused or was not
-// spent (an admitted window counts at least 1). When @user_email is not NULL and every window of the chain admitted, the user with that
-// email is read in the same statement (its columns NULL when there is none). The windows' keys
-// are of different scopes, so no two CTEs touch one row, and every statement locks its rows in
-// the same order of scopes: concurrent chains cannot deadlock.
-func (q *Queries) RateLimitCounterConsumeChain(ctx context.Context, db DBTX, arg RateLimitCounterConsumeChainParams) (*RateLimitCounterConsumeChainRow, error) {
-	row := db.QueryRow(ctx, rateLimitCounterConsumeChain,
+// RateLimitCounterConsumeChainUser is RateLimitCounterConsumeChain, whose CTEs it repeats, and,
+// when every window of the chain admitted, a read of the user with @user_email in the same
+// statement (its columns NULL when there is none): the service's users table with the limiter's
+// counters, in one round trip.
+func (q *Queries) RateLimitCounterConsumeChainUser(ctx context.Context, db DBTX, arg RateLimitCounterConsumeChainUserParams) (*RateLimitCounterConsumeChainUserRow, error) {
+	row := db.QueryRow(ctx, rateLimitCounterConsumeChainUser,
 		arg.UserEmail,
 		arg.KeyHash2,
 		arg.KeyHash3,
@@ -164,7 +251,7 @@ func (q *Queries) RateLimitCounterConsumeChain(ctx context.Context, db DBTX, arg
 		arg.WindowEnd3,
 		arg.LimitCount3,
 	)
-	var i RateLimitCounterConsumeChainRow
+	var i RateLimitCounterConsumeChainUserRow
 	err := row.Scan(
 		&i.Count1,
 		&i.Count2,
