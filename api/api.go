@@ -36,6 +36,7 @@ import (
 	"github.com/postguard/postguard/api/abuse"
 	"github.com/postguard/postguard/internal/riverstore"
 	"github.com/postguard/postguard/jobs/mail"
+	"github.com/postguard/postguard/tokens"
 )
 
 // MaxBodyBytes is the largest request body accepted; a larger one is answered 413.
@@ -60,8 +61,7 @@ type Config struct {
 	// the TCP peer, no proxy trusted.
 	IPResolver *abuse.IPResolver
 
-	// Secret is APP_SECRET, checked by the caller (cmd/postguard: at least 32 bytes); it checks
-	// unsubscribe tokens.
+	// Secret is APP_SECRET, at least tokens.MinSecretLen bytes; it checks unsubscribe tokens.
 	Secret []byte
 
 	// AppURL is APP_URL, the public base URL of the service. Its origin is one of the service's
@@ -181,8 +181,8 @@ func New(config *Config) (*gin.Engine, error) {
 	if config.Limiter == nil {
 		return nil, errors.New("api: Config.Limiter is required")
 	}
-	if len(config.Secret) == 0 {
-		return nil, errors.New("api: Config.Secret is required (APP_SECRET)")
+	if err := tokens.CheckSecret(config.Secret); err != nil {
+		return nil, fmt.Errorf("api: Config.Secret (APP_SECRET): %w", err)
 	}
 	if config.LimitsToken != "" && len(config.LimitsToken) < MinLimitsTokenLen {
 		return nil, fmt.Errorf("api: Config.LimitsToken must be at least %d bytes (LIMITS_API_TOKEN)", MinLimitsTokenLen)

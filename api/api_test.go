@@ -28,6 +28,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postguard/postguard/api/abuse"
+	"github.com/postguard/postguard/api/abuse/abuseprom"
 	"github.com/postguard/postguard/db"
 	"github.com/postguard/postguard/internal/dbtest"
 	"github.com/postguard/postguard/internal/riverstore"
@@ -244,6 +245,14 @@ type setupOpts struct {
 	configFunc func(config *Config) // last changes to the config
 }
 
+// newLimiter is abuse.NewLimiter with testSecret, failing tb on an error.
+func newLimiter(tb testing.TB, store abuse.Consumer, rules abuse.Rules, config *abuse.LimiterConfig) *abuse.Limiter {
+	tb.Helper()
+	limiter, err := abuse.NewLimiter(store, testSecret, rules, config)
+	require.NoError(tb, err)
+	return limiter
+}
+
 // setup builds a router on store (an insert-only River client is enough) with generous
 // rate limits unless opts says otherwise, logging at debug level into bundle.logs.
 func setup(t testing.TB, store riverstore.Store, opts *setupOpts) *testBundle {
@@ -257,7 +266,9 @@ func setup(t testing.TB, store riverstore.Store, opts *setupOpts) *testBundle {
 	}
 	consumer := &countingConsumer{Consumer: store}
 	registry := prometheus.NewRegistry()
-	limiter := abuse.NewLimiter(consumer, testSecret, rules, &abuse.LimiterConfig{NowFunc: opts.limiterNow, Registerer: registry})
+	metrics, err := abuseprom.Register(registry)
+	require.NoError(t, err)
+	limiter := newLimiter(t, consumer, rules, &abuse.LimiterConfig{NowFunc: opts.limiterNow, Metrics: metrics})
 	logs := &syncBuffer{}
 	config := &Config{
 		Store:           store,

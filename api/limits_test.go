@@ -391,7 +391,7 @@ func TestNew_LimitsToken(t *testing.T) {
 	store := dbtest.NewSQLite(t)
 	config := &Config{
 		Store:       store,
-		Limiter:     abuse.NewLimiter(store, testSecret, abuse.DefaultRules(), nil),
+		Limiter:     newLimiter(t, store, abuse.DefaultRules(), nil),
 		Secret:      testSecret,
 		LimitsToken: strings.Repeat("t", MinLimitsTokenLen-1),
 	}

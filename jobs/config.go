@@ -91,7 +91,8 @@ type RiverClient interface {
 // Default*.
 type Config struct {
 	// Secret is APP_SECRET: it keys the unsubscribe links' HMACs and, through HKDF, the sealing
-	// of link tokens while their jobs may resend them. Required.
+	// of link tokens while their jobs may resend them. Required, at least tokens.MinSecretLen
+	// bytes.
 	Secret []byte
 	// AppURL is the base of the links in mail (APP_URL), e.g. https://example.com.
 	AppURL string
@@ -163,6 +164,9 @@ func NewWorkers(deps *Deps, config *Config) (*Workers, error) {
 	}
 	config = config.withDefaults()
 
+	if err := tokens.CheckSecret(config.Secret); err != nil {
+		return nil, fmt.Errorf("jobs: Config.Secret (APP_SECRET): %w", err)
+	}
 	sealer, err := tokens.NewSealer(config.Secret)
 	if err != nil {
 		return nil, err

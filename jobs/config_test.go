@@ -14,6 +14,7 @@ import (
 
 	"github.com/postguard/postguard/db"
 	"github.com/postguard/postguard/jobs/mail"
+	"github.com/postguard/postguard/tokens"
 )
 
 // nopStore is a db.Tables for config tests that never reach the database.
@@ -177,6 +178,18 @@ func TestNewRiverConfig(t *testing.T) {
 		require.NoError(t, workers.Register(river.NewWorkers()))
 	})
 
+	t.Run("SecretOfAtLeast32Bytes", func(t *testing.T) {
+		t.Parallel()
+
+		deps := &Deps{Store: nopStore{}, Sender: nopSender{}, Recipients: UserRecipients(nopStore{})}
+		for _, secret := range [][]byte{nil, []byte("abc"), testSecret[:tokens.MinSecretLen-1]} {
+			config := validConfig()
+			config.Secret = secret
+			_, err := NewWorkers(deps, config)
+			require.ErrorIs(t, err, tokens.ErrWeakSecret)
+			require.ErrorContains(t, err, "jobs: Config.Secret (APP_SECRET)")
+		}
+	})
 }
 
 func TestArgs_InsertOpts(t *testing.T) {

@@ -25,6 +25,23 @@ import (
 	"strings"
 )
 
+// MinSecretLen is the least length of APP_SECRET, in bytes: a key with less entropy than
+// SHA-256's 32 bytes weakens every token, seal and rate-limit key derived from it.
+const MinSecretLen = 32
+
+// ErrWeakSecret says a secret is empty or shorter than MinSecretLen. Every constructor that takes
+// APP_SECRET (tokens.NewSealer, abuse.NewLimiter, jobs.NewWorkers, api.New) returns it wrapped.
+var ErrWeakSecret = errors.New("secret too short")
+
+// CheckSecret returns an error wrapping ErrWeakSecret unless secret has at least MinSecretLen
+// bytes (`openssl rand -hex 32` makes one).
+func CheckSecret(secret []byte) error {
+	if len(secret) < MinSecretLen {
+		return fmt.Errorf("%w: %d bytes, it must be at least %d (e.g. `openssl rand -hex 32`)", ErrWeakSecret, len(secret), MinSecretLen)
+	}
+	return nil
+}
+
 const (
 	// tokenBytes is the randomness of a link token: 256 bits.
 	tokenBytes = 32
@@ -96,10 +113,10 @@ type Sealer struct {
 	aead cipher.AEAD
 }
 
-// NewSealer derives the sealing key from secret (APP_SECRET).
+// NewSealer derives the sealing key from secret (APP_SECRET, at least MinSecretLen bytes).
 func NewSealer(secret []byte) (*Sealer, error) {
-	if len(secret) == 0 {
-		return nil, errors.New("tokens: empty secret")
+	if err := CheckSecret(secret); err != nil {
+		return nil, fmt.Errorf("tokens.NewSealer: %w", err)
 	}
 	key, err := hkdf.Key(sha256.New, secret, nil, sealInfo, 32)
 	if err != nil {

@@ -72,6 +72,17 @@ func TestSealer(t *testing.T) {
 	sealer, err := NewSealer(testSecret)
 	require.NoError(t, err)
 
+	t.Run("SecretOfAtLeast32Bytes", func(t *testing.T) {
+		t.Parallel()
+
+		for _, secret := range [][]byte{nil, []byte("abc"), testSecret[:MinSecretLen-1]} {
+			_, err := NewSealer(secret)
+			require.ErrorIs(t, err, ErrWeakSecret)
+		}
+		_, err := NewSealer(testSecret[:MinSecretLen])
+		require.NoError(t, err)
+	})
+
 	t.Run("RoundTrip", func(t *testing.T) {
 		t.Parallel()
 

@@ -99,7 +99,7 @@ func BenchmarkLimiter_Allow(b *testing.B) {
 			newLimiter := func(b *testing.B, limit int64) *Limiter {
 				b.Helper()
 				rules := Rules{}.With(Rule{Action: ActionRegister, Scope: ScopeIP, Limit: limit, Window: time.Hour})
-				return NewLimiter(engine.newStore(b), testSecret, rules, nil)
+				return mustLimiter(b, engine.newStore(b), rules, nil)
 			}
 			allow := func(b *testing.B, l *Limiter, ip netip.Addr) *Decision {
 				d, err := l.Allow(ctx, ActionRegister, Subject{IP: ip})
@@ -126,7 +126,7 @@ func BenchmarkLimiter_Allow(b *testing.B) {
 				rules := Rules{}.
 					With(Rule{Action: ActionRegister, Scope: ScopeIP, Limit: 5, Window: 15 * time.Minute}).
 					With(Rule{Action: ActionRegister, Scope: ScopeEmail, Limit: 5, Window: time.Hour})
-				l := NewLimiter(engine.newStore(b), testSecret, rules, nil)
+				l := mustLimiter(b, engine.newStore(b), rules, nil)
 				var n uint32
 				b.ReportAllocs()
 				for b.Loop() {

@@ -42,7 +42,10 @@ func ExampleLimiter_Clear() {
 		panic(err)
 	}
 	now := func() time.Time { return time.Date(2026, 3, 1, 10, 5, 0, 0, time.UTC) }
-	limiter := abuse.NewLimiter(tables, []byte("the app's secret of 32 bytes, at least"), rules, &abuse.LimiterConfig{NowFunc: now})
+	limiter, err := abuse.NewLimiter(tables, []byte("the app's secret of 32 bytes, at least"), rules, &abuse.LimiterConfig{NowFunc: now})
+	if err != nil {
+		panic(err)
+	}
 
 	attempt := func(password string) {
 		subject := abuse.Subject{IP: netip.MustParseAddr("198.51.100.7"), Key: "account-42"}

@@ -9,9 +9,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/postguard/postguard/db"
+	"github.com/postguard/postguard/tokens"
 )
 
 // DefaultDenyCacheSize is the number of refused (key, window) pairs a Limiter remembers when
@@ -77,10 +76,24 @@ type LimiterConfig struct {
 	// once by every process sharing the database, and a cached refusal elsewhere would outlive it.
 	DenyCacheSize int
 
-	// Registerer, when set, receives postguard_rate_limit_decisions_total{action,scope,outcome}
-	// (outcome "allowed" or "refused"; refusals answered by the cache count as refused). A
-	// collector already registered under that name (a second Limiter) is reused.
-	Registerer prometheus.Registerer
+	// Metrics, when set, counts each rule's decisions of Allow (refusals answered by the cache
+	// count as refused; Peek counts nothing). nil counts none. abuseprom.Register counts them in
+	// Prometheus, as postguard_rate_limit_decisions_total{action,scope,outcome}.
+	Metrics Metrics
+}
+
+// Metrics counts a Limiter's decisions, in whichever metrics system the caller uses. NewLimiter
+// asks for the counters of each rule once, so that a rule's series may exist, at zero, before
+// its first request; the Limiter then counts every decision of the rule on them.
+type Metrics interface {
+	// Counters returns the counters of the allowed and the refused requests of action's rule of
+	// scope.
+	Counters(action Action, scope Scope) (allowed, refused Counter)
+}
+
+// Counter is one count that only goes up; a prometheus.Counter is one.
+type Counter interface {
+	Inc()
 }
 
 // Limiter enforces Rules with fixed-window counters in the database, shared by every process
@@ -100,24 +113,25 @@ type actionRules []*limiterRule
 
 type limiterRule struct {
 	Rule
-	allowed, refused prometheus.Counter // nil without a Registerer
+	allowed, refused Counter // nil without LimiterConfig.Metrics
 	// cached says refusals of the rule go to the deny cache: built-in actions only (see
 	// LimiterConfig.DenyCacheSize).
 	cached bool
 }
 
-// NewLimiter returns a Limiter that counts through store, keys counters with secret (APP_SECRET)
-// and enforces rules. It panics when store is nil, secret is empty or a rule is invalid
-// (Rules.Validate): those are wiring mistakes, caught by the config loader before this runs.
-func NewLimiter(store Consumer, secret []byte, rules Rules, config *LimiterConfig) *Limiter {
+// NewLimiter returns a Limiter that counts through store, keys counters with secret (APP_SECRET,
+// at least tokens.MinSecretLen bytes: a short key makes the counters' HMACs of IPs and emails
+// guessable) and enforces rules. It returns an error for a nil store, a secret too short
+// (wrapping tokens.ErrWeakSecret) or an invalid rule (Rules.Validate).
+func NewLimiter(store Consumer, secret []byte, rules Rules, config *LimiterConfig) (*Limiter, error) {
 	if store == nil {
-		panic("abuse.NewLimiter: nil store")
+		return nil, errors.New("abuse.NewLimiter: nil store")
 	}
-	if len(secret) == 0 {
-		panic("abuse.NewLimiter: empty secret (rate-limit keys would be unkeyed hashes of IPs and emails)")
+	if err := tokens.CheckSecret(secret); err != nil {
+		return nil, fmt.Errorf("abuse.NewLimiter: %w", err)
 	}
 	if err := rules.Validate(); err != nil {
-		panic("abuse.NewLimiter: " + err.Error())
+		return nil, fmt.Errorf("abuse.NewLimiter: %w", err)
 	}
 	if config == nil {
 		config = &LimiterConfig{}
@@ -140,26 +154,21 @@ func NewLimiter(store Consumer, secret []byte, rules Rules, config *LimiterConfi
 		l.denied = newDenyCache(config.DenyCacheSize)
 	}
 
-	var decisions *prometheus.CounterVec
-	if config.Registerer != nil {
-		decisions = registerDecisions(config.Registerer)
-	}
 	for _, scope := range scopeOrder {
 		for _, rule := range rules.All() {
 			if rule.Scope != scope {
 				continue
 			}
 			lr := &limiterRule{Rule: rule, cached: rule.Action.BuiltIn()}
-			if decisions != nil {
-				// Resolving the series now makes them exist at 0 before the first request, so
+			if config.Metrics != nil {
+				// Resolving the counters now lets them exist at 0 before the first request, so
 				// dashboards and rate() see every rule from the start.
-				lr.allowed = decisions.WithLabelValues(string(rule.Action), string(rule.Scope), "allowed")
-				lr.refused = decisions.WithLabelValues(string(rule.Action), string(rule.Scope), "refused")
+				lr.allowed, lr.refused = config.Metrics.Counters(rule.Action, rule.Scope)
 			}
 			l.actions[rule.Action] = append(l.actions[rule.Action], lr)
 		}
 	}
-	return l
+	return l, nil
 }
 
 // Rules returns the rules the Limiter enforces, so that a caller can check at start that the
@@ -174,23 +183,6 @@ func (l *Limiter) Scopes(action Action) []Scope {
 		scopes = append(scopes, rule.Scope)
 	}
 	return scopes
-}
-
-func registerDecisions(reg prometheus.Registerer) *prometheus.CounterVec {
-	vec := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "postguard_rate_limit_decisions_total",
-		Help: "Rate-limit checks by action, scope and outcome (allowed or refused).",
-	}, []string{"action", "scope", "outcome"})
-	if err := reg.Register(vec); err != nil {
-		var already prometheus.AlreadyRegisteredError
-		if errors.As(err, &already) {
-			if existing, ok := already.ExistingCollector.(*prometheus.CounterVec); ok {
-				return existing
-			}
-		}
-		panic("abuse.NewLimiter: error registering metrics: " + err.Error())
-	}
-	return vec
 }
 
 // Decision is the answer of Limiter.Allow: when refused, the rule that refused; when allowed,
@@ -459,7 +451,7 @@ func (l *Limiter) denyCacheOf(rule *limiterRule) *denyCache {
 	return l.denied
 }
 
-func observe(c prometheus.Counter) {
+func observe(c Counter) {
 	if c != nil {
 		c.Inc()
 	}

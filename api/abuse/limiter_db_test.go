@@ -97,7 +97,7 @@ func TestLimiter_AllowStore(t *testing.T) {
 				config = &LimiterConfig{}
 			}
 			config.NowFunc = bundle.clock.Now
-			return NewLimiter(bundle.store, testSecret, DefaultRules(), config), bundle
+			return mustLimiter(t, bundle.store, DefaultRules(), config), bundle
 		}
 
 		t.Run("ConcurrentOneIP", func(t *testing.T) {
@@ -150,7 +150,7 @@ func TestLimiter_AllowStore(t *testing.T) {
 				With(Rule{Action: "login", Scope: ScopeIP, Limit: 100, Window: 15 * time.Minute}).
 				With(Rule{Action: "login", Scope: ScopeKey, Limit: 3, Window: 15 * time.Minute})
 			clock := &stubClock{now: windowBase.Add(90 * time.Second)}
-			l := NewLimiter(store, testSecret, rules, &LimiterConfig{NowFunc: clock.Now})
+			l := mustLimiter(t, store, rules, &LimiterConfig{NowFunc: clock.Now})
 
 			var (
 				allowed, refused int
@@ -194,9 +194,9 @@ func TestLimiter_AllowStore(t *testing.T) {
 
 			store := newStore(t)
 			clock := &stubClock{now: windowBase.Add(90 * time.Second)}
-			l := NewLimiter(store, testSecret, loginRules(), &LimiterConfig{NowFunc: clock.Now})
+			l := mustLimiter(t, store, loginRules(), &LimiterConfig{NowFunc: clock.Now})
 			// Another process on the same database: its view follows the clear at once.
-			other := NewLimiter(store, testSecret, loginRules(), &LimiterConfig{NowFunc: clock.Now})
+			other := mustLimiter(t, store, loginRules(), &LimiterConfig{NowFunc: clock.Now})
 			ctx := context.Background()
 			subject := Subject{IP: clientIP, Key: "account-42"}
 
@@ -304,7 +304,7 @@ func TestLimiter_AllowStore(t *testing.T) {
 			store := newStore(t)
 			counting := &countingConsumer{Consumer: store}
 			clock := &stubClock{now: windowBase}
-			l := NewLimiter(counting, testSecret, DefaultRules(), &LimiterConfig{NowFunc: clock.Now})
+			l := mustLimiter(t, counting, DefaultRules(), &LimiterConfig{NowFunc: clock.Now})
 			ctx := context.Background()
 
 			for i := range 7 {
@@ -336,7 +336,7 @@ func TestLimiter_AllowStore(t *testing.T) {
 
 			// Two limiters on one store are two API processes: one spends, the other peeks.
 			l, bundle := setup(t, nil)
-			other := NewLimiter(bundle.store, testSecret, DefaultRules(), &LimiterConfig{NowFunc: bundle.clock.Now})
+			other := mustLimiter(t, bundle.store, DefaultRules(), &LimiterConfig{NowFunc: bundle.clock.Now})
 			ctx := context.Background()
 
 			for i := range 5 {
@@ -369,7 +369,7 @@ func TestLimiter_AllowStore(t *testing.T) {
 			_, err = l.Allow(ctx, ActionRegister, Subject{IP: ipv6, Email: "bob.smith@example.org"})
 			require.NoError(t, err)
 
-			custom := NewLimiter(bundle.store, testSecret, loginRules(), &LimiterConfig{NowFunc: bundle.clock.Now})
+			custom := mustLimiter(t, bundle.store, loginRules(), &LimiterConfig{NowFunc: bundle.clock.Now})
 			_, err = custom.Allow(ctx, "login", Subject{IP: clientIP, Email: "carol@example.net", Key: "account-secret-42"})
 			require.NoError(t, err)
 

@@ -60,9 +60,11 @@ func TestServe_WorkerPanic(t *testing.T) {
 		require.NoError(t, store.Jobs().Stop(stopCtx))
 	})
 
+	limiter, err := abuse.NewLimiter(store, secret, abuse.DefaultRules(), nil)
+	require.NoError(t, err)
 	router, err := api.New(&api.Config{
 		Store:      store,
-		Limiter:    abuse.NewLimiter(store, secret, abuse.DefaultRules(), nil),
+		Limiter:    limiter,
 		Secret:     secret,
 		Logger:     logger,
 		Registerer: registry,

@@ -136,7 +136,11 @@ func NewApp(ctx context.Context, pool *pgxpool.Pool, config *Config) (*App, erro
 		tables.Close()
 		return nil, err
 	}
-	limiter := abuse.NewLimiter(tables, config.Secret, rules, &abuse.LimiterConfig{NowFunc: config.NowFunc})
+	limiter, err := abuse.NewLimiter(tables, config.Secret, rules, &abuse.LimiterConfig{NowFunc: config.NowFunc})
+	if err != nil {
+		tables.Close()
+		return nil, err
+	}
 	a := &App{
 		River:       client,
 		pool:        pool,

@@ -53,7 +53,10 @@ func Example() {
 		With(abuse.Rule{Action: "login", Scope: abuse.ScopeIP, Limit: 20, Window: 15 * time.Minute}).
 		With(abuse.Rule{Action: "login", Scope: abuse.ScopeKey, Limit: 2, Window: 15 * time.Minute})
 	now := func() time.Time { return time.Date(2026, 3, 1, 10, 0, 30, 0, time.UTC) } // a fixed clock, for the output
-	limiter := abuse.NewLimiter(tables, []byte("the app's secret of 32 bytes, at least"), rules, &abuse.LimiterConfig{NowFunc: now})
+	limiter, err := abuse.NewLimiter(tables, []byte("the app's secret of 32 bytes, at least"), rules, &abuse.LimiterConfig{NowFunc: now})
+	if err != nil {
+		panic(err)
+	}
 	guard := ginlimit.New(limiter, nil)
 
 	gin.SetMode(gin.ReleaseMode)

@@ -36,7 +36,8 @@ func setup(t *testing.T, newStore dbtest.NewStoreFunc, rules abuse.Rules, ips *a
 	t.Helper()
 	gin.SetMode(gin.ReleaseMode)
 	b := &testBundle{store: newStore(t), router: gin.New()}
-	limiter := abuse.NewLimiter(b.store, testSecret, rules, &abuse.LimiterConfig{NowFunc: func() time.Time { return windowStart.Add(5 * time.Minute) }})
+	limiter, err := abuse.NewLimiter(b.store, testSecret, rules, &abuse.LimiterConfig{NowFunc: func() time.Time { return windowStart.Add(5 * time.Minute) }})
+	require.NoError(t, err)
 	b.guard = ginlimit.New(limiter, &ginlimit.Config{IPResolver: ips, Logger: dbtest.Logger(t)})
 	routes(b, b.router)
 	return b

@@ -21,6 +21,7 @@ import (
 
 	"github.com/postguard/postguard/api"
 	"github.com/postguard/postguard/api/abuse"
+	"github.com/postguard/postguard/api/abuse/abuseprom"
 	"github.com/postguard/postguard/db"
 	"github.com/postguard/postguard/db/postgres"
 	"github.com/postguard/postguard/db/sqlite"
@@ -274,9 +275,17 @@ func (s *Service) handler(secret []byte, opts *Opts) (http.Handler, error) {
 		s.stopUI, riverUI = stopUI, ui
 	}
 
+	limiterMetrics, err := abuseprom.Register(s.Registry)
+	if err != nil {
+		return nil, err
+	}
+	limiter, err := abuse.NewLimiter(s.Store, secret, config.Rules, &abuse.LimiterConfig{Metrics: limiterMetrics})
+	if err != nil {
+		return nil, err
+	}
 	apiConfig := &api.Config{
 		Store:           s.Store,
-		Limiter:         abuse.NewLimiter(s.Store, secret, config.Rules, &abuse.LimiterConfig{Registerer: s.Registry}),
+		Limiter:         limiter,
 		IPResolver:      abuse.NewIPResolver(config.TrustedProxies).WithHeader(config.ClientIPHeader),
 		Secret:          secret,
 		AppURL:          config.AppURL,
