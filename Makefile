@@ -55,7 +55,7 @@ bench:
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzClientIP$$' -fuzztime $(FUZZTIME) ./api/abuse
 	$(GO) test -run '^$$' -fuzz '^FuzzParseLimit$$' -fuzztime $(FUZZTIME) ./api/abuse
-	$(GO) test -run '^$$' -fuzz '^FuzzNormalizeEmail$$' -fuzztime $(FUZZTIME) ./api
+	$(GO) test -run '^$$' -fuzz '^FuzzNormalize$$' -fuzztime $(FUZZTIME) ./email
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeRegister$$' -fuzztime $(FUZZTIME) ./api
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeForgotPassword$$' -fuzztime $(FUZZTIME) ./api
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeResendVerification$$' -fuzztime $(FUZZTIME) ./api

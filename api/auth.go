@@ -14,6 +14,7 @@ import (
 
 	"github.com/postguard/postguard/api/abuse"
 	"github.com/postguard/postguard/db"
+	"github.com/postguard/postguard/email"
 	"github.com/postguard/postguard/internal/riverstore"
 	"github.com/postguard/postguard/jobs"
 )
@@ -260,12 +261,12 @@ func checkEmail(raw string, fieldErrs *[]fieldError) string {
 		*fieldErrs = append(*fieldErrs, fieldError{Pointer: "#/email", Detail: "Email is required."})
 		return ""
 	}
-	email, err := NormalizeEmail(raw)
+	address, err := email.Normalize(raw)
 	if err != nil {
 		*fieldErrs = append(*fieldErrs, fieldError{Pointer: "#/email", Detail: "Email must be one plain address, like name@example.com."})
 		return ""
 	}
-	return email
+	return address
 }
 
 // checkPassword records why password is not acceptable: missing, not UTF-8, or outside 8–256

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postguard/postguard/db"
+	"github.com/postguard/postguard/email"
 	"github.com/postguard/postguard/internal/dbtest"
 )
 
@@ -106,7 +107,7 @@ func requireRevision2Rows(ctx context.Context, t *testing.T, tables db.Tables) {
 	message, err := tables.EmailMessageGetByProviderID(ctx, "re_41")
 	require.NoError(t, err)
 	require.Equal(t, "fr", message.Locale)
-	require.Equal(t, db.EmailStatusSent, message.Status)
+	require.Equal(t, email.StatusSent, message.Status)
 	_, err = tables.EmailSuppressionGet(ctx, tokenHash("address"))
 	require.NoError(t, err)
 	require.ErrorIs(t, tables.WebhookEventInsert(ctx, "msg_1", now), db.ErrExists)

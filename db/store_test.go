@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postguard/postguard/db"
+	"github.com/postguard/postguard/email"
 	"github.com/postguard/postguard/internal/dbtest"
 )
 
@@ -448,7 +449,7 @@ func TestStore_EmailMessage(t *testing.T) {
 			require.Equal(t, "verification_email", got.Kind)
 			require.Equal(t, int64(7), got.UserID)
 			require.Equal(t, "verification_email:7:k1", got.IdempotencyKey)
-			require.Equal(t, db.EmailStatusQueued, got.Status)
+			require.Equal(t, email.StatusQueued, got.Status)
 			requireTimeEqual(t, now, &got.KeyCreatedAt)
 			requireTimeEqual(t, now, &got.CreatedAt)
 			require.Nil(t, got.ProviderID)
@@ -501,7 +502,7 @@ func TestStore_EmailMessage(t *testing.T) {
 
 			got, err := store.EmailMessageGetByJob(ctx, 42)
 			require.NoError(t, err)
-			require.Equal(t, db.EmailStatusSent, got.Status)
+			require.Equal(t, email.StatusSent, got.Status)
 			require.Equal(t, "re_1", *got.ProviderID)
 			requireTimeEqual(t, now.Add(time.Second), got.AcceptedAt)
 			requireTimeEqual(t, now.Add(time.Second), got.SentAt)
@@ -518,7 +519,7 @@ func TestStore_EmailMessage(t *testing.T) {
 			require.NoError(t, store.EmailMessageMarkAccepted(ctx, 42, "re_1", now))
 			delivered := now.Add(time.Minute)
 			require.NoError(t, store.EmailMessageSetLifecycle(ctx, &db.EmailMessageLifecycleParams{
-				JobID: 42, Status: db.EmailStatusDelivered, StatusAt: &delivered, SentAt: &now, DeliveredAt: &delivered, Now: delivered,
+				JobID: 42, Status: email.StatusDelivered, StatusAt: &delivered, SentAt: &now, DeliveredAt: &delivered, Now: delivered,
 			}))
 
 			// A later attempt that records the acceptance again (its first record's answer was
@@ -526,7 +527,7 @@ func TestStore_EmailMessage(t *testing.T) {
 			require.NoError(t, store.EmailMessageMarkAccepted(ctx, 42, "re_1", now.Add(time.Hour)))
 			got, err := store.EmailMessageGetByJob(ctx, 42)
 			require.NoError(t, err)
-			require.Equal(t, db.EmailStatusDelivered, got.Status)
+			require.Equal(t, email.StatusDelivered, got.Status)
 			requireTimeEqual(t, delivered, got.StatusAt)
 			requireTimeEqual(t, now, got.SentAt)
 		})
@@ -588,7 +589,7 @@ func TestStore_EmailMessage(t *testing.T) {
 					JobID: 42, Status: status, StatusAt: &at, Now: at,
 					DeliveredAt: message.DeliveredAt, ComplainedAt: message.ComplainedAt,
 				}
-				if status == db.EmailStatusDelivered {
+				if status == email.StatusDelivered {
 					params.DeliveredAt = &at
 				} else {
 					params.ComplainedAt = &at
@@ -600,13 +601,13 @@ func TestStore_EmailMessage(t *testing.T) {
 			first, second := make(chan error, 1), make(chan error, 1)
 			go func() {
 				first <- store.Transact(ctx, func(ctx context.Context, tx db.Queries) error {
-					return readAndSet(ctx, tx, db.EmailStatusDelivered, read, release)
+					return readAndSet(ctx, tx, email.StatusDelivered, read, release)
 				})
 			}()
 			<-read
 			go func() {
 				second <- store.Transact(ctx, func(ctx context.Context, tx db.Queries) error {
-					return readAndSet(ctx, tx, db.EmailStatusComplained, nil, nil)
+					return readAndSet(ctx, tx, email.StatusComplained, nil, nil)
 				})
 			}()
 			if store.Postgres != nil {
@@ -638,7 +639,7 @@ func TestStore_EmailMessage(t *testing.T) {
 			bounceType, subType := "Permanent", "General"
 			params := &db.EmailMessageLifecycleParams{
 				JobID:         42,
-				Status:        db.EmailStatusBounced,
+				Status:        email.StatusBounced,
 				StatusAt:      &times[0],
 				SentAt:        &times[1],
 				DeliveredAt:   &times[2],
@@ -655,7 +656,7 @@ func TestStore_EmailMessage(t *testing.T) {
 
 			got, err := store.EmailMessageGetByJob(ctx, 42)
 			require.NoError(t, err)
-			require.Equal(t, db.EmailStatusBounced, got.Status)
+			require.Equal(t, email.StatusBounced, got.Status)
 			for i, field := range []*time.Time{got.StatusAt, got.SentAt, got.DeliveredAt, got.DelayedAt, got.BouncedAt, got.ComplainedAt, got.SuppressedAt, got.FailedAt} {
 				requireTimeEqual(t, times[i], field)
 			}
@@ -665,14 +666,14 @@ func TestStore_EmailMessage(t *testing.T) {
 			require.Equal(t, "k1", got.IdempotencyKey, "the rest stays")
 
 			// nil clears.
-			require.NoError(t, store.EmailMessageSetLifecycle(ctx, &db.EmailMessageLifecycleParams{JobID: 42, Status: db.EmailStatusSent, Now: now}))
+			require.NoError(t, store.EmailMessageSetLifecycle(ctx, &db.EmailMessageLifecycleParams{JobID: 42, Status: email.StatusSent, Now: now}))
 			got, err = store.EmailMessageGetByJob(ctx, 42)
 			require.NoError(t, err)
 			require.Nil(t, got.StatusAt)
 			require.Nil(t, got.BouncedAt)
 			require.Nil(t, got.BounceType)
 
-			require.ErrorIs(t, store.EmailMessageSetLifecycle(ctx, &db.EmailMessageLifecycleParams{JobID: 43, Status: db.EmailStatusSent, Now: now}), db.ErrNotFound)
+			require.ErrorIs(t, store.EmailMessageSetLifecycle(ctx, &db.EmailMessageLifecycleParams{JobID: 43, Status: email.StatusSent, Now: now}), db.ErrNotFound)
 		})
 
 		t.Run("MarkSuppressed", func(t *testing.T) {
@@ -689,7 +690,7 @@ func TestStore_EmailMessage(t *testing.T) {
 			require.True(t, marked)
 			got, err := store.EmailMessageGetByJob(ctx, 42)
 			require.NoError(t, err)
-			require.Equal(t, db.EmailStatusSuppressed, got.Status)
+			require.Equal(t, email.StatusSuppressed, got.Status)
 			require.Equal(t, "password_reset_email", got.Kind)
 			requireTimeEqual(t, now, got.SuppressedAt)
 			requireTimeEqual(t, now, &got.CreatedAt)
@@ -712,7 +713,7 @@ func TestStore_EmailMessage(t *testing.T) {
 			require.True(t, marked)
 			got, err = store.EmailMessageGetByJob(ctx, 43)
 			require.NoError(t, err)
-			require.Equal(t, db.EmailStatusSuppressed, got.Status)
+			require.Equal(t, email.StatusSuppressed, got.Status)
 			require.Equal(t, "k3", got.IdempotencyKey)
 			requireTimeEqual(t, now.Add(time.Minute), got.SuppressedAt)
 
@@ -724,7 +725,7 @@ func TestStore_EmailMessage(t *testing.T) {
 			require.False(t, marked)
 			got, err = store.EmailMessageGetByJob(ctx, 44)
 			require.NoError(t, err)
-			require.Equal(t, db.EmailStatusSent, got.Status)
+			require.Equal(t, email.StatusSent, got.Status)
 			require.Nil(t, got.SuppressedAt)
 
 			// In a transaction, which stays usable after a conflict.
@@ -838,12 +839,12 @@ func TestStore_EmailSuppression(t *testing.T) {
 			t.Parallel()
 
 			ctx, store := t.Context(), newStore(t)
-			insert(ctx, t, store, "ada", db.SuppressionReasonBounced, now)
+			insert(ctx, t, store, "ada", email.ReasonBounced, now)
 
 			got, err := store.EmailSuppressionGet(ctx, tokenHash("ada"))
 			require.NoError(t, err)
 			require.Equal(t, tokenHash("ada"), got.AddressHash)
-			require.Equal(t, db.SuppressionReasonBounced, got.Reason)
+			require.Equal(t, email.ReasonBounced, got.Reason)
 			require.Equal(t, "General", got.Detail)
 			require.Equal(t, "re_ada", got.EmailID)
 			requireTimeEqual(t, now, &got.SuppressedAt)
@@ -857,10 +858,10 @@ func TestStore_EmailSuppression(t *testing.T) {
 			t.Parallel()
 
 			ctx, store := t.Context(), newStore(t)
-			insert(ctx, t, store, "ada", db.SuppressionReasonBounced, now)
+			insert(ctx, t, store, "ada", email.ReasonBounced, now)
 			// Inside a transaction, which stays usable.
 			err := store.Transact(ctx, func(ctx context.Context, tx db.Queries) error {
-				insert(ctx, t, tx, "ada", db.SuppressionReasonComplained, now.Add(time.Hour))
+				insert(ctx, t, tx, "ada", email.ReasonComplained, now.Add(time.Hour))
 				_, err := tx.EmailSuppressionGet(ctx, tokenHash("ada"))
 				return err
 			})
@@ -868,7 +869,7 @@ func TestStore_EmailSuppression(t *testing.T) {
 
 			got, err := store.EmailSuppressionGet(ctx, tokenHash("ada"))
 			require.NoError(t, err)
-			require.Equal(t, db.SuppressionReasonBounced, got.Reason)
+			require.Equal(t, email.ReasonBounced, got.Reason)
 			requireTimeEqual(t, now, &got.SuppressedAt)
 		})
 
@@ -886,8 +887,8 @@ func TestStore_EmailSuppression(t *testing.T) {
 			t.Parallel()
 
 			ctx, store := t.Context(), newStore(t)
-			insert(ctx, t, store, "ada", db.SuppressionReasonBounced, now)
-			insert(ctx, t, store, "bob", db.SuppressionReasonBounced, now)
+			insert(ctx, t, store, "ada", email.ReasonBounced, now)
+			insert(ctx, t, store, "bob", email.ReasonBounced, now)
 
 			deleted, err := store.EmailSuppressionDelete(ctx, tokenHash("ada"))
 			require.NoError(t, err)
@@ -908,9 +909,9 @@ func TestStore_EmailSuppression(t *testing.T) {
 			ctx, store := t.Context(), newStore(t)
 			// Five suppressions, two of them at one instant: the hash orders those.
 			for i, address := range []string{"a", "b", "c", "d"} {
-				insert(ctx, t, store, address, db.SuppressionReasonBounced, now.Add(time.Duration(i)*time.Second))
+				insert(ctx, t, store, address, email.ReasonBounced, now.Add(time.Duration(i)*time.Second))
 			}
-			insert(ctx, t, store, "e", db.SuppressionReasonComplained, now.Add(3*time.Second))
+			insert(ctx, t, store, "e", email.ReasonComplained, now.Add(3*time.Second))
 
 			var seen []string
 			params := &db.EmailSuppressionListParams{BeforeAt: now.Add(100 * 365 * 24 * time.Hour), Max: 2}

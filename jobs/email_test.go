@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postguard/postguard/db"
+	"github.com/postguard/postguard/email"
 	"github.com/postguard/postguard/internal/dbtest"
 	"github.com/postguard/postguard/internal/riverstore"
 	"github.com/postguard/postguard/jobs/mail"
@@ -54,7 +55,7 @@ func TestEmailWorkers_ProviderAnswers(t *testing.T) {
 			message, err := bundle.store.EmailMessageGetByJob(t.Context(), res.Job.ID)
 			require.NoError(t, err)
 			require.Equal(t, deliveries[0].IdempotencyKey, message.IdempotencyKey)
-			require.Equal(t, db.EmailStatusSent, message.Status)
+			require.Equal(t, email.StatusSent, message.Status)
 			require.Equal(t, deliveries[0].ID, *message.ProviderID)
 			require.True(t, bundle.clock.Now().Equal(*message.AcceptedAt))
 		})

@@ -16,7 +16,8 @@ var ErrNoRecipient = errors.New("no such recipient")
 type Recipient struct {
 	// ID is the user id the job's args name. The worker sets it; a Recipients need not.
 	ID int64
-	// Email is the address the mail goes to.
+	// Email is the address the mail goes to, in any spelling: the workers mail its normal form
+	// (email.Normalize), and look that up on the suppression list.
 	Email string
 	// Name greets the user in the mail; "" for none.
 	Name string

@@ -1,8 +1,8 @@
 // Package tokens owns the secrets that postguard mails and checks: the random tokens of
 // verification and reset links (and their stored forms: a SHA-256 for lookup, a sealed copy while
 // a job may still resend them), the provider's idempotency keys, and the stateless unsubscribe
-// tokens. The jobs mint them; the api checks them. It also keys the suppression list: an address
-// is stored as its HMAC, never as itself.
+// tokens. The jobs mint them; the api checks them. It also says what a valid APP_SECRET is
+// (CheckSecret).
 //
 // Link tokens are random, never derived: nothing an attacker can read (a database copy, the
 // APP_SECRET, a job id) lets them compute one. The sealed copy exists so that every attempt of a
@@ -58,7 +58,6 @@ const (
 	sealInfo = "postguard token seal v1"
 
 	unsubscribePrefix = "unsubscribe:v1:"
-	suppressionPrefix = "suppression:v1:"
 )
 
 // ErrUnseal is returned by Sealer.Open for a sealed copy that does not open: tampered with,
@@ -192,16 +191,5 @@ func ParseUnsubscribe(secret []byte, tok string) (userID int64, ok bool) {
 func unsubscribeMAC(secret []byte, id string) []byte {
 	h := hmac.New(sha256.New, secret)
 	h.Write([]byte(unsubscribePrefix + id))
-	return h.Sum(nil)
-}
-
-// SuppressionKey is the key of an address on the suppression list: HMAC-SHA-256(secret,
-// "suppression:v1:"+email), email in its normalised form (api.NormalizeEmail; users' addresses
-// are stored so). The list never holds an address, and without the secret its keys cannot be
-// matched even against a list of known addresses. Changing APP_SECRET empties the list in
-// effect: every address may be mailed again, and the provider's events suppress it anew.
-func SuppressionKey(secret []byte, email string) []byte {
-	h := hmac.New(sha256.New, secret)
-	h.Write([]byte(suppressionPrefix + email))
 	return h.Sum(nil)
 }

@@ -1,7 +1,6 @@
 package tokens
 
 import (
-	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
 	"regexp"
@@ -167,23 +166,4 @@ func TestUnsubscribe(t *testing.T) {
 			require.False(t, ok, name)
 		}
 	})
-}
-
-func TestSuppressionKey(t *testing.T) {
-	t.Parallel()
-
-	secret := []byte("0123456789abcdef0123456789abcdef")
-	key := SuppressionKey(secret, "ada@example.com")
-	require.Len(t, key, sha256.Size)
-	require.Equal(t, key, SuppressionKey(secret, "ada@example.com"), "stable")
-
-	// HMAC-SHA-256 under the secret, with a prefix of its own: not the unsubscribe or rate-limit
-	// keys of the same text, and not a plain hash.
-	mac := hmac.New(sha256.New, secret)
-	mac.Write([]byte("suppression:v1:ada@example.com"))
-	require.Equal(t, mac.Sum(nil), key)
-	require.NotEqual(t, key, SuppressionKey(secret, "bob@example.com"))
-	require.NotEqual(t, key, SuppressionKey([]byte("another secret of at least 32 bytes"), "ada@example.com"))
-	plain := sha256.Sum256([]byte("ada@example.com"))
-	require.NotEqual(t, plain[:], key)
 }
