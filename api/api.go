@@ -35,6 +35,7 @@ import (
 
 	"github.com/postguard/postguard/api/abuse"
 	"github.com/postguard/postguard/internal/riverstore"
+	"github.com/postguard/postguard/internal/uniform"
 	"github.com/postguard/postguard/jobs/mail"
 	"github.com/postguard/postguard/tokens"
 )
@@ -160,12 +161,6 @@ type server struct {
 	// unknown one (see uniformAnswer).
 	uniformMin time.Duration
 }
-
-// UniformAnswerMin is the least time forgot-password and resend-verification take once the
-// limiter let them through (server.uniformMin): well above the few milliseconds that the work of
-// a known email adds, well below what a person notices. A client that waits for each answer
-// makes at most one such request per UniformAnswerMin.
-const UniformAnswerMin = 100 * time.Millisecond
 
 // New returns the public router of the `api` and `serve` roles: every route of docs/api.md,
 // /openapi.yaml, and River UI when configured. /metrics is not one of them (404): its
@@ -322,7 +317,7 @@ func newServer(config *Config) (*server, *gin.Engine, error) {
 		metrics:    metrics,
 		events:     events,
 		gatherer:   gatherer,
-		uniformMin: UniformAnswerMin,
+		uniformMin: uniform.AnswerMin,
 
 		requestTimeout: cmp.Or(config.RequestTimeout, DefaultRequestTimeout),
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/postguard/postguard/db"
 	"github.com/postguard/postguard/internal/dbtest"
 	"github.com/postguard/postguard/internal/riverstore"
+	"github.com/postguard/postguard/internal/uniform"
 )
 
 func TestServer_Register(t *testing.T) {
@@ -325,7 +326,7 @@ func TestServer_UniformAnswers(t *testing.T) {
 			require.Equal(t, knownStatus, unknownStatus)
 			require.Equal(t, knownHeader, unknownHeader)
 			require.Equal(t, knownBody, unknownBody)
-			require.GreaterOrEqual(t, elapsed, UniformAnswerMin, "an unknown email must not answer sooner")
+			require.GreaterOrEqual(t, elapsed, uniform.AnswerMin, "an unknown email must not answer sooner")
 
 			require.Equal(t, 1, jobCount(t, bundle.store, "password_reset_email"))
 		})
@@ -347,8 +348,8 @@ func TestServer_UniformAnswers(t *testing.T) {
 			require.Equal(t, header1, header3)
 			require.Equal(t, body1, body2)
 			require.Equal(t, body1, body3)
-			require.GreaterOrEqual(t, elapsed2, UniformAnswerMin)
-			require.GreaterOrEqual(t, elapsed3, UniformAnswerMin)
+			require.GreaterOrEqual(t, elapsed2, uniform.AnswerMin)
+			require.GreaterOrEqual(t, elapsed3, uniform.AnswerMin)
 
 			// Only the unverified user got a verification email.
 			result, err := bundle.store.Jobs().JobList(t.Context(), river.NewJobListParams().Kinds("verification_email"))

@@ -17,6 +17,7 @@ import (
 	"github.com/postguard/postguard/api/abuse"
 	"github.com/postguard/postguard/internal/dbtest"
 	"github.com/postguard/postguard/internal/riverstore"
+	"github.com/postguard/postguard/internal/uniform"
 	"github.com/postguard/postguard/jobs"
 	"github.com/postguard/postguard/jobs/mail"
 )
@@ -134,7 +135,7 @@ func TestServer_EmailRuleRefusalAnswersLikeAdmission(t *testing.T) {
 		start := time.Now()
 		rec := serve(t, b.router, req)
 		// The hold that makes every answer take as long, refusals included.
-		require.GreaterOrEqual(t, time.Since(start), UniformAnswerMin)
+		require.GreaterOrEqual(t, time.Since(start), uniform.AnswerMin)
 		b.workers.drain(t, kind)
 
 		h := rec.Header().Clone()
