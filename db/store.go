@@ -146,8 +146,9 @@ type Tables interface {
 	// set behind; none when all are. It only reads: it creates no goose table.
 	MigrationsBehind(ctx context.Context, opts *MigrateOpts) ([]string, error)
 
-	// Ready checks the database answers and takes a write (a one-row heartbeat): an error
-	// wrapping ErrUnavailable while it is unreachable, read-only, busy, full or failing its I/O.
+	// Ready checks the database answers and takes a write (a one-row heartbeat, PartService's
+	// readiness_heartbeat): an error wrapping ErrUnavailable while it is unreachable, read-only,
+	// busy, full or failing its I/O.
 	Ready(ctx context.Context) error
 
 	// Close releases what the Tables' engine opened. Stop whatever uses its connections first

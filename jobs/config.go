@@ -3,10 +3,10 @@
 // NewRiverConfig, which assembles the whole River configuration of a postguard process. The
 // tokens mailed in links are the tokens package's; the mail itself, jobs/mail's.
 //
-// A host app with its own River client uses the same jobs: NewWorkers on its db.Tables, with
-// Recipients reading its own users table, registered on its river.Workers (Workers.Register);
-// it inserts WelcomeEmailArgs and the others with its own client's InsertTx, in the transaction
-// that creates the user. postguard's own server is built the same way, on its users table
+// A host app with its own River client uses the same jobs: NewWorkers on its db.Tables (their
+// db.PartMail migrated), with Recipients reading its own users table, registered on its
+// river.Workers (Workers.Register); it inserts WelcomeEmailArgs and the others with its own
+// client's InsertTx, in the transaction that creates the user. postguard's own server is built the same way, on its users table
 // (UserRecipients).
 package jobs
 
