@@ -83,7 +83,8 @@ func (s *server) verifyEmail(c *gin.Context) error {
 		if err != nil {
 			return err
 		}
-		return tx.UserMarkEmailVerified(ctx, userID, now)
+		_, err = tx.UserMarkEmailVerified(ctx, userID, now)
+		return err
 	})
 	switch {
 	case errors.Is(err, db.ErrNotFound):
@@ -228,7 +229,7 @@ func (s *server) unsubscribe(c *gin.Context) error {
 		return errInvalidToken
 	}
 	// A validly signed token whose user is gone has nothing left to unsubscribe: still a success.
-	if err := s.store.UserUnsubscribe(c.Request.Context(), userID, s.now()); err != nil && !errors.Is(err, db.ErrNotFound) {
+	if _, err := s.store.UserUnsubscribe(c.Request.Context(), userID, s.now()); err != nil && !errors.Is(err, db.ErrNotFound) {
 		return fmt.Errorf("error unsubscribing user: %w", err)
 	}
 	return s.renderPage(c, http.StatusOK, &pageData{

@@ -346,7 +346,8 @@ func TestWelcomeEmailWorker(t *testing.T) {
 
 			bundle := setup(t, newStore, nil)
 			user := createUser(t, bundle.store)
-			require.NoError(t, bundle.store.UserUnsubscribe(t.Context(), user.ID, time.Now()))
+			_, err := bundle.store.UserUnsubscribe(t.Context(), user.ID, time.Now())
+			require.NoError(t, err)
 			res, err := bundle.work(t, WelcomeEmailArgs{UserID: user.ID}, nil)
 			require.NoError(t, err)
 
