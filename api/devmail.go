@@ -7,6 +7,7 @@ import (
 	"html/template"
 	"maps"
 	"net/http"
+	"net/url"
 	"regexp"
 	"slices"
 	"strings"
@@ -25,14 +26,19 @@ var devMailTemplates = template.Must(template.New("devmail").Parse(devMailHTML))
 
 // devMailCSP is the Content-Security-Policy of /dev/mail. The mail's HTML is shown in an iframe
 // of the page (srcdoc, sandboxed: no script, no form, an origin of its own) and inherits this
-// policy: no script anywhere, no request to any other site (a mail's images do not load), and no
-// framing of the page itself.
-const devMailCSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; frame-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+// policy: no script anywhere, no request to any other site but APP_LOGO_URL's (a mail's other
+// images do not load), and no framing of the page itself. %s is the logo's origin, or nothing.
+const devMailCSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:%s; frame-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 
 // mountDevMail adds /dev/mail: the log mailer's outbox as a person would see it.
 func (s *server) mountDevMail(engine *gin.Engine, outbox *mail.Outbox) {
+	logo := ""
+	if u, err := url.Parse(s.renderer.LogoURL()); err == nil && u.Host != "" {
+		logo = " " + u.Scheme + "://" + strings.ToLower(u.Host) // checked by the renderer
+	}
+	csp := fmt.Sprintf(devMailCSP, logo)
 	engine.GET("/dev/mail", s.handle(func(c *gin.Context) error {
-		return s.renderDevMail(c, "list", map[string]any{"Title": "Mail", "Mails": outbox.List()})
+		return s.renderDevMail(c, csp, "list", map[string]any{"Title": "Mail", "Mails": outbox.List()})
 	}))
 	engine.GET("/dev/mail/:id", s.handle(func(c *gin.Context) error {
 		m, ok := outbox.Get(c.Param("id"))
@@ -43,7 +49,7 @@ func (s *server) mountDevMail(engine *gin.Engine, outbox *mail.Outbox) {
 		for _, name := range slices.Sorted(maps.Keys(m.Message.Headers)) {
 			headers = append(headers, devMailHeader{Name: name, Value: m.Message.Headers[name]})
 		}
-		return s.renderDevMail(c, "mail", map[string]any{
+		return s.renderDevMail(c, csp, "mail", map[string]any{
 			"Title":   m.Message.Subject,
 			"Mail":    m,
 			"Headers": headers,
@@ -57,7 +63,7 @@ type devMailHeader struct{ Name, Value string }
 
 // renderDevMail answers a page of /dev/mail. Its mails hold live tokens: the page is not cached,
 // sends no referrer, and may not be framed.
-func (s *server) renderDevMail(c *gin.Context, name string, data map[string]any) error {
+func (s *server) renderDevMail(c *gin.Context, csp, name string, data map[string]any) error {
 	data["AppName"] = s.appName
 	data["Size"] = mail.DefaultOutboxSize
 	var buf bytes.Buffer
@@ -68,7 +74,7 @@ func (s *server) renderDevMail(c *gin.Context, name string, data map[string]any)
 	h.Set("Cache-Control", "no-store")
 	h.Set("Referrer-Policy", "no-referrer")
 	h.Set("X-Frame-Options", "DENY")
-	h.Set("Content-Security-Policy", devMailCSP)
+	h.Set("Content-Security-Policy", csp)
 	c.Data(http.StatusOK, "text/html; charset=utf-8", buf.Bytes())
 	return nil
 }
