@@ -124,6 +124,7 @@ func New(ctx context.Context, config *Config, logger *slog.Logger, role Role, op
 			&jobs.Config{
 				Secret:            secret,
 				AppURL:            config.AppURL,
+				LoginURL:          config.LoginURL,
 				EmailWorkers:      config.EmailWorkers,
 				JobTimeout:        config.JobTimeout,
 				RescueAfter:       config.JobRescueAfter,
@@ -259,6 +260,7 @@ func (s *Service) handler(secret []byte, opts *Opts) (http.Handler, error) {
 		Secret:          secret,
 		AppURL:          config.AppURL,
 		AppName:         config.AppName,
+		Renderer:        config.Renderer,
 		Logger:          s.Logger,
 		Registerer:      s.Registry,
 		Gatherer:        s.Registry,
