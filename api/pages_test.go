@@ -235,7 +235,7 @@ func TestServer_StartPage(t *testing.T) {
 
 	bundle := newSQLiteBundle(t, &setupOpts{configFunc: func(config *Config) { config.DevMail = mail.NewOutbox(0) }})
 	rec := serve(t, bundle.router, httptest.NewRequest(http.MethodGet, "/", nil))
-	requirePage(t, rec, http.StatusOK, "en", "<title>Start here · postguard</title>", `<a href="/dev/mail">`, `<a href="/v1/auth/forgot-password">`)
+	requirePage(t, rec, http.StatusOK, "en", "<title>Start here · postguard</title>", `href="/dev/mail">Read the mail</a>`, `<a href="/v1/auth/forgot-password">`)
 
 	rec = serve(t, newSQLiteBundle(t, nil).router, httptest.NewRequest(http.MethodGet, "/", nil))
 	decodeProblem(t, rec, http.StatusNotFound)
