@@ -77,7 +77,7 @@ func (s *deviceSigner) sign(action Action, key string, t deviceToken) string {
 	var buf [deviceTokenLen]byte
 	buf[0] = deviceTokenVersion
 	copy(buf[1:], t.id[:])
-	binary.BigEndian.PutUint64(buf[1+deviceIDLen:], uint64(t.issuedAt.Unix()))  //nolint:gosec // a time after the epoch
+	binary.BigEndian.PutUint64(buf[1+deviceIDLen:], uint64(t.issuedAt.Unix()))   //nolint:gosec // a time after the epoch
 	binary.BigEndian.PutUint64(buf[9+deviceIDLen:], uint64(t.since.UnixMicro())) //nolint:gosec // a time after the epoch
 	copy(buf[deviceBodyLen:], s.mac(buf[:deviceBodyLen], action, key, nil))
 	return base64.RawURLEncoding.EncodeToString(buf[:])
