@@ -16,7 +16,7 @@ const DefaultDeviceTokenTTL = 90 * 24 * time.Hour
 // deviceTokenInfo is HKDF's info for the key device tokens are authenticated under: a key of its
 // own, so that no other HMAC made with APP_SECRET (a rate-limit key, an unsubscribe link) is ever
 // a valid token, nor the other way round.
-const deviceTokenInfo = "postguard rate-limit device token v1"
+const deviceTokenInfo = "postguard rate-limit device token v1" //nolint:gosec // a label, not a credential
 
 const (
 	deviceTokenVersion = 1

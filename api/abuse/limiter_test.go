@@ -725,7 +725,7 @@ func decisionsCount(t *testing.T, reg *prometheus.Registry, action, scope, outco
 }
 
 // loginRules are a host app's login limits: per IP (password spraying), per email (the address
-// tried) and per key (the account), the failure-counting pattern's.
+// tried) and per key (the account), the login pattern's.
 func loginRules() Rules {
 	return DefaultRules().
 		With(Rule{Action: "login", Scope: ScopeIP, Limit: 10, Window: 15 * time.Minute}).
