@@ -491,6 +491,7 @@ func TestApp_LoginProtection(t *testing.T) {
 			}
 			rec := httptest.NewRecorder()
 			b.app.Router.ServeHTTP(rec, req)
+			t.Logf("a body of %d bytes, its length declared %t: %d bytes read, answered %d", body.size, declared, body.read, rec.Code)
 			require.Equal(t, http.StatusRequestEntityTooLarge, rec.Code, rec.Body.String())
 			require.Less(t, body.read, int64(2*maxBodyBytes), "of a 200 MB body, declared %t", declared)
 			if declared {
