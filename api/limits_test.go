@@ -1,13 +1,11 @@
 package api
 
 import (
-	"database/sql"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -19,7 +17,6 @@ import (
 	"github.com/postguard/postguard/api/abuse"
 	"github.com/postguard/postguard/db"
 	"github.com/postguard/postguard/db/dbtest"
-	"github.com/postguard/postguard/db/sqlite"
 	"github.com/postguard/postguard/internal/bursttest"
 )
 
@@ -359,30 +356,13 @@ func TestServer_Limits(t *testing.T) {
 		t.Parallel()
 
 		// Another connection holds SQLite's write lock past the busy timeout.
-		ctx := t.Context()
-		path := filepath.Join(t.TempDir(), "busy.db")
-		engine, err := sqlite.NewEngine(ctx, path, &sqlite.Config{Logger: dbtest.Logger(t), BusyTimeout: 50 * time.Millisecond})
-		require.NoError(t, err)
-		store, err := db.NewStore(engine, &db.StoreConfig{Logger: dbtest.Logger(t)})
-		require.NoError(t, err)
-		t.Cleanup(func() { require.NoError(t, store.Close()) })
-		require.NoError(t, store.Migrate(ctx))
-		bundle, _ := limitsBundle(t, store)
-
-		other, err := sql.Open("sqlite", path)
-		require.NoError(t, err)
-		t.Cleanup(func() { other.Close() })
-		holder, err := other.Conn(ctx)
-		require.NoError(t, err)
-		t.Cleanup(func() { holder.Close() })
-		_, err = holder.ExecContext(ctx, "BEGIN IMMEDIATE")
-		require.NoError(t, err)
-
+		busy := newBusySQLite(t)
+		bundle, _ := limitsBundle(t, busy.store)
+		busy.lock(t)
 		requireOutage(t, bundle, spend(t, bundle, alice))
 		requireOutage(t, bundle, clear(t, bundle, alice))
 
-		_, err = holder.ExecContext(ctx, "ROLLBACK")
-		require.NoError(t, err)
+		busy.unlock(t)
 		decodeLimitsDecision(t, spend(t, bundle, alice))
 	})
 }
@@ -672,25 +652,9 @@ func TestServer_LimitsLogin(t *testing.T) {
 	t.Run("Outage", func(t *testing.T) {
 		t.Parallel()
 
-		ctx := t.Context()
-		path := filepath.Join(t.TempDir(), "busy.db")
-		engine, err := sqlite.NewEngine(ctx, path, &sqlite.Config{Logger: dbtest.Logger(t), BusyTimeout: 50 * time.Millisecond})
-		require.NoError(t, err)
-		store, err := db.NewStore(engine, &db.StoreConfig{Logger: dbtest.Logger(t)})
-		require.NoError(t, err)
-		t.Cleanup(func() { require.NoError(t, store.Close()) })
-		require.NoError(t, store.Migrate(ctx))
-		bundle, _ := limitsBundle(t, store)
-
-		other, err := sql.Open("sqlite", path)
-		require.NoError(t, err)
-		t.Cleanup(func() { other.Close() })
-		holder, err := other.Conn(ctx)
-		require.NoError(t, err)
-		t.Cleanup(func() { holder.Close() })
-		_, err = holder.ExecContext(ctx, "BEGIN IMMEDIATE")
-		require.NoError(t, err)
-
+		busy := newBusySQLite(t)
+		bundle, _ := limitsBundle(t, busy.store)
+		busy.lock(t)
 		requireOutage(t, bundle, serve(t, bundle.router, limitsRequestOf(t, http.MethodPost, "/v1/limits/login/refund", map[string]string{"ip": "198.51.100.7"})))
 		requireOutage(t, bundle, serve(t, bundle.router, limitsRequestOf(t, http.MethodDelete, "/v1/limits/login/devices", map[string]string{"key": "k"})))
 	})

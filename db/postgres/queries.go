@@ -466,14 +466,23 @@ func deviceArgsOf(device *db.RateLimitDeviceParams) deviceArgs {
 	return deviceArgs{keyHash: device.KeyHash, revocationHash: device.RevocationHash, since: device.Since, window: int64(device.Window) + 1}
 }
 
-// windowsArgs are the arrays of params' windows, keys and window starts.
-func windowsArgs(params *db.RateLimitCounterWindowsParams) ([][]byte, []time.Time) {
-	keys := make([][]byte, len(params.Windows))
-	starts := make([]time.Time, len(params.Windows))
-	for i, w := range params.Windows {
-		keys[i], starts[i] = w.KeyHash, w.WindowStart
+// windowsArgs are params' windows and device as the statements over several windows
+// (RateLimitCounterGetMany, RateLimitCounterRefund, RateLimitCounterDeleteMany) take them: the
+// three have the same parameters, so each converts this struct to its own.
+func windowsArgs(params *db.RateLimitCounterWindowsParams) dbsqlc.RateLimitCounterGetManyParams {
+	device := deviceArgsOf(params.Device)
+	arg := dbsqlc.RateLimitCounterGetManyParams{
+		DeviceKeyHash:        device.keyHash,
+		DeviceRevocationHash: device.revocationHash,
+		DeviceSince:          device.since,
+		DeviceWindow:         device.window,
+		KeyHashes:            make([][]byte, len(params.Windows)),
+		WindowStarts:         make([]time.Time, len(params.Windows)),
 	}
-	return keys, starts
+	for i, w := range params.Windows {
+		arg.KeyHashes[i], arg.WindowStarts[i] = w.KeyHash, w.WindowStart
+	}
+	return arg
 }
 
 // RateLimitCounterGet implements db.Counters: no row is a count of 0.
@@ -489,14 +498,7 @@ func (c *counters) RateLimitCounterGet(ctx context.Context, params *db.RateLimit
 
 // RateLimitCounterGetMany implements db.Counters in one statement, the device checked in it.
 func (c *counters) RateLimitCounterGetMany(ctx context.Context, params *db.RateLimitCounterWindowsParams) (*db.RateLimitCounterGetManyResult, error) {
-	device := deviceArgsOf(params.Device)
-	arg := dbsqlc.RateLimitCounterGetManyParams{
-		DeviceKeyHash:        device.keyHash,
-		DeviceRevocationHash: device.revocationHash,
-		DeviceSince:          device.since,
-		DeviceWindow:         device.window,
-	}
-	arg.KeyHashes, arg.WindowStarts = windowsArgs(params)
+	arg := windowsArgs(params)
 	rows, err := retryOnce(ctx, true, func() ([]*dbsqlc.RateLimitCounterGetManyRow, error) {
 		return sqlc.RateLimitCounterGetMany(ctx, c.pool, arg)
 	})
@@ -514,14 +516,7 @@ func (c *counters) RateLimitCounterGetMany(ctx context.Context, params *db.RateL
 // RateLimitCounterRefund implements db.Counters in one statement, the device checked in it. Not
 // idempotent: a retry after a lost answer would give back twice.
 func (c *counters) RateLimitCounterRefund(ctx context.Context, params *db.RateLimitCounterWindowsParams) (bool, error) {
-	device := deviceArgsOf(params.Device)
-	arg := dbsqlc.RateLimitCounterRefundParams{
-		DeviceKeyHash:        device.keyHash,
-		DeviceRevocationHash: device.revocationHash,
-		DeviceSince:          device.since,
-		DeviceWindow:         device.window,
-	}
-	arg.KeyHashes, arg.WindowStarts = windowsArgs(params)
+	arg := dbsqlc.RateLimitCounterRefundParams(windowsArgs(params))
 	row, err := retryOnce(ctx, false, func() (*dbsqlc.RateLimitCounterRefundRow, error) {
 		return sqlc.RateLimitCounterRefund(ctx, c.pool, arg)
 	})
@@ -534,14 +529,7 @@ func (c *counters) RateLimitCounterRefund(ctx context.Context, params *db.RateLi
 // RateLimitCounterDeleteMany implements db.Counters in one statement, the device checked in it.
 // Deleting twice leaves what deleting once does, so it may run again after a lost answer.
 func (c *counters) RateLimitCounterDeleteMany(ctx context.Context, params *db.RateLimitCounterWindowsParams) (bool, error) {
-	device := deviceArgsOf(params.Device)
-	arg := dbsqlc.RateLimitCounterDeleteManyParams{
-		DeviceKeyHash:        device.keyHash,
-		DeviceRevocationHash: device.revocationHash,
-		DeviceSince:          device.since,
-		DeviceWindow:         device.window,
-	}
-	arg.KeyHashes, arg.WindowStarts = windowsArgs(params)
+	arg := dbsqlc.RateLimitCounterDeleteManyParams(windowsArgs(params))
 	row, err := retryOnce(ctx, true, func() (*dbsqlc.RateLimitCounterDeleteManyRow, error) {
 		return sqlc.RateLimitCounterDeleteMany(ctx, c.pool, arg)
 	})
