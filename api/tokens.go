@@ -93,11 +93,11 @@ func (s *server) verifyEmail(c *gin.Context) error {
 	}
 	var fieldErrs []fieldError
 	checkToken(token, &fieldErrs)
-	if len(fieldErrs) > 0 {
+	if len(fieldErrs) > 0 && kind == bodyJSON {
 		return validationError(fieldErrs)
 	}
 	if !tokens.Plausible(token) {
-		return errInvalidToken
+		return errInvalidToken // for a form, a missing token too: the link's error page
 	}
 
 	var locale string
@@ -176,7 +176,10 @@ func (s *server) resetPassword(c *gin.Context) error {
 	var fieldErrs []fieldError
 	checkToken(req.Token, &fieldErrs)
 	checkPassword(req.Password, &fieldErrs)
-	if kind == bodyForm && len(fieldErrs) > 0 && req.Token != "" && tokens.Plausible(req.Token) {
+	if kind == bodyForm && !tokens.Plausible(req.Token) {
+		return errInvalidToken // a form without its link's token: the link's error page
+	}
+	if kind == bodyForm && len(fieldErrs) > 0 {
 		// Only the password is wrong: the form again, if its token can still be used.
 		if err := s.lookUpResetToken(c, tokens.Hash(req.Token)); err != nil {
 			return err

@@ -103,6 +103,11 @@ func TestServer_VerifyEmail(t *testing.T) {
 
 			rec = serve(t, b.router, multipartRequest(t, "/v1/auth/verify-email", url.Values{"token": {b.raw}}))
 			requireHTML(t, rec, http.StatusBadRequest, "invalid, has expired or has been used")
+
+			// A form without its token is a link that does not work, with the way on (JSON: 422).
+			rec = serve(t, b.router, formRequest("/v1/auth/verify-email", url.Values{}))
+			requireHTML(t, rec, http.StatusBadRequest, "This link or form does not work", "Sign in to ask for a new verification email.")
+			decodeProblem(t, serve(t, b.router, jsonRequest(t, "/v1/auth/verify-email", map[string]string{})), http.StatusUnprocessableEntity)
 		})
 
 		t.Run("Expired", func(t *testing.T) {
@@ -233,9 +238,14 @@ func TestServer_ResetPassword(t *testing.T) {
 			rec = serve(t, b.router, formRequest("/v1/auth/reset-password", url.Values{"token": {b.other}, "password": {"short"}}))
 			requireHTML(t, rec, http.StatusBadRequest, "This link or form does not work", `href="http://localhost:8080/v1/auth/forgot-password">Ask for a new link</a>`)
 
-			// Without a token, the form cannot be shown again: the link's error too.
-			rec = serve(t, b.router, formRequest("/v1/auth/reset-password", url.Values{"password": {"short"}}))
-			requireHTML(t, rec, http.StatusUnprocessableEntity, "Please check the form")
+			// Without a token, or with one that is not a token, the form cannot be shown again:
+			// the link's error too.
+			for _, token := range []string{"", "not a token"} {
+				rec = serve(t, b.router, formRequest("/v1/auth/reset-password", url.Values{"token": {token}, "password": {"short"}}))
+				requireHTML(t, rec, http.StatusBadRequest, "This link or form does not work", "Ask for a new link")
+			}
+			rec = serve(t, b.router, jsonRequest(t, "/v1/auth/reset-password", map[string]string{"password": "short"}))
+			decodeProblem(t, rec, http.StatusUnprocessableEntity) // JSON lists both fields, as before
 		})
 
 		t.Run("Expired", func(t *testing.T) {
