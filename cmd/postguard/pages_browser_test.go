@@ -83,52 +83,12 @@ func (b *browser) in(t *testing.T) *browser {
 	return &c
 }
 
-// startBrowser starts a headless Chromium asking for pages in language (its Accept-Language),
-// ended with the test; on failure the test's log gets the browser's page, screenshot and log,
-// and server's log.
-func startBrowser(t *testing.T, server *runningServer, language string) *browser {
+// newBrowser starts a headless Chromium that asks for pages in language, with axe-core at hand.
+func newBrowser(t *testing.T, server *runningServer, language string) *browser {
 	t.Helper()
 
-	chromium := opsChromium(t)
 	axe := axeSource(t)
-	userDataDir := t.TempDir() // before the browser's Cleanup, so removed after the browser exits
-
-	// Every wait of the test is bounded: by this deadline overall, and by a shorter one per step.
-	testCtx, cancelTest := context.WithTimeout(context.Background(), 4*time.Minute)
-	t.Cleanup(cancelTest)
-	browserLog := &syncBuffer{}
-	logf := func(format string, args ...any) { fmt.Fprintf(browserLog, format+"\n", args...) }
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(testCtx,
-		chromedp.ExecPath(chromium),
-		chromedp.Headless,
-		chromedp.NoSandbox, // root in a container has no user namespace sandbox
-		chromedp.DisableGPU,
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.Flag("disable-dev-shm-usage", true), // small /dev/shm in containers
-		chromedp.Flag("hide-scrollbars", true),
-		chromedp.Flag("lang", language),
-		chromedp.Flag("accept-lang", language), // headless Chromium reads this one for Accept-Language
-		chromedp.NoFirstRun,
-		chromedp.NoDefaultBrowserCheck,
-		chromedp.UserDataDir(userDataDir),
-		chromedp.WindowSize(800, 700),
-		chromedp.CombinedOutput(browserLog),
-	)
-	t.Cleanup(cancelAlloc) // waits for the browser process to exit
-	ctx, cancelBrowser := chromedp.NewContext(allocCtx, chromedp.WithLogf(logf), chromedp.WithErrorf(logf))
-	t.Cleanup(cancelBrowser)
-	t.Cleanup(func() {
-		if t.Failed() {
-			opsBrowserFailure(t, ctx, browserLog, server)
-		}
-	})
-
-	// The first call starts the browser; it must not carry a deadline of its own (chromedp ends
-	// the browser with it), testCtx bounds it.
-	_, err := chromedp.Run(ctx, chromedp.Location())
-	require.NoError(t, err, "error starting chromium")
+	ctx := startBrowser(t, server, &browserOpts{width: 800, height: 700, language: language})
 	return &browser{t: t, ctx: ctx, axe: axe, checked: new([]string)}
 }
 
@@ -388,7 +348,7 @@ func TestServe_PagesBrowser(t *testing.T) {
 			w := tt.words
 			env := env(tt.templates)
 			server := startServerOwnURL(t, env)
-			b := startBrowser(t, server, tt.language)
+			b := newBrowser(t, server, tt.language)
 			english := tt.locale == "en"
 			shot := func(name string) {
 				if english {

@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"fmt"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -401,85 +400,6 @@ func TestNewRenderer_PageTemplates(t *testing.T) {
 			require.Contains(t, got.CSP, "'sha256-"+base64.StdEncoding.EncodeToString(sum[:])+"'")
 		}
 	})
-}
-
-// TestNewRenderer_RefusesPages: every mistake in a page template stops NewRenderer, and its error
-// names the file (and the line, where there is one).
-func TestNewRenderer_RefusesPages(t *testing.T) {
-	t.Parallel()
-
-	for _, tt := range []struct {
-		name  string
-		files map[string]string
-		file  string
-		want  string
-	}{
-		{
-			name:  "ParseError",
-			files: map[string]string{"page_error.fr.html": "{{define \"title\"}}Erreur{{end}}\n{{define \"content\"}}<p>{{.Detail</p>{{end}}"},
-			file:  "page_error.fr.html",
-			want:  "page_error.fr.html:2:",
-		},
-		{
-			name:  "UnknownField",
-			files: map[string]string{"page_verify_email.html": "{{define \"title\"}}Confirm{{end}}\n{{define \"content\"}}<a href=\"{{.ActionURL}}\">x</a>{{end}}"},
-			file:  "page_verify_email.html",
-			want:  "page_verify_email.html:2:31: unknown field .ActionURL (templates see .AppName, .AppURL, .LoginURL",
-		},
-		{
-			name:  "UnknownFieldInBranchNotTaken",
-			files: map[string]string{"page_error.html": `{{define "title"}}x{{end}}{{define "content"}}{{if eq .Status 418}}{{.Errors.Name}}{{end}}{{end}}`},
-			file:  "page_error.html",
-			want:  "unknown field .Name",
-		},
-		{
-			name:  "PageFieldInMail",
-			files: map[string]string{"welcome.txt": `{{define "subject"}}Hi{{end}}{{define "content"}}{{.Token}}{{end}}{{define "footer"}}x{{end}}`},
-			file:  "welcome.txt",
-			want:  "unknown field .Token",
-		},
-		{
-			name:  "MissingTitle",
-			files: map[string]string{"page_unsubscribed.html": `{{define "content"}}Bye{{end}}`},
-			file:  "page_unsubscribed.html",
-			want:  `"title" is undefined`,
-		},
-		{
-			name:  "EmptyTitle",
-			files: map[string]string{"page_unsubscribed.html": `{{define "title"}} {{end}}{{define "content"}}Bye{{end}}`},
-			file:  "page_unsubscribed.html",
-			want:  "the title block must render some text",
-		},
-		{
-			name:  "LayoutWithoutContent",
-			files: map[string]string{"page_layout.html": `{{define "layout"}}{{.Title}}{{template "body" .}}{{end}}`},
-			file:  "page_layout.html",
-			want:  `no such template "body"`,
-		},
-		{
-			name:  "TextPage",
-			files: map[string]string{"page_error.txt": "x"},
-			file:  "page_error.txt",
-			want:  `"txt" is not a page template extension (pages are html only)`,
-		},
-		{
-			name:  "UnknownPage",
-			files: map[string]string{"page_verify.html": "x"},
-			file:  "page_verify.html",
-			want:  `"page_verify" is not a template (expected one of layout, welcome, verification, password_reset, page_layout, page_verify_email, page_email_verified, page_forgot_password, page_reset_link_sent, page_reset_password, page_password_changed, page_unsubscribe, page_unsubscribed, page_error, page_start)`,
-		},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-
-			dir := writeTemplates(t, tt.files)
-			renderer, err := NewRenderer(&RendererConfig{AppURL: testAppURL, TemplatesDir: dir})
-			require.Nil(t, renderer)
-			require.Error(t, err)
-			require.Contains(t, err.Error(), filepath.Join(dir, tt.file))
-			require.Contains(t, err.Error(), tt.want)
-		})
-	}
 }
 
 func TestRenderer_MatchAcceptLanguage(t *testing.T) {
