@@ -91,8 +91,9 @@ type Config struct {
 	RiverUIPassword string
 
 	// DevMail is the log mailer's outbox (MAILER=log). When set, /dev/mail shows its mails as a
-	// person would see them: a development tool, whose pages hold live tokens. nil means not
-	// mounted (404).
+	// person would see them: a development tool, whose pages hold live tokens, so it answers
+	// only a request whose TCP peer is a loopback address and whose Host names a loopback host
+	// (LoopbackHost); any other gets 404, as when it is not mounted. nil means not mounted.
 	DevMail *mail.Outbox
 
 	// HashConcurrency bounds concurrent argon2id hashes (each takes 19 MiB), so a burst of
@@ -151,6 +152,9 @@ type server struct {
 
 	// requestTimeout is Config.RequestTimeout (see requestDeadline).
 	requestTimeout time.Duration
+
+	// devMail says /dev/mail is mounted (Config.DevMail).
+	devMail bool
 
 	// appOrigin is AppURL's origin (normalizeOrigin), "" when AppURL is unset.
 	appOrigin string
@@ -361,9 +365,20 @@ func newServer(config *Config) (*server, *gin.Engine, error) {
 		securityHeaders,
 	)
 	engine.NoRoute(s.handle(func(*gin.Context) error { return errNotFound }))
-	engine.NoMethod(s.handle(func(*gin.Context) error { return errMethodNotAllowed }))
+	engine.NoMethod(s.handle(s.methodNotAllowed))
 
 	return s, engine, nil
+}
+
+// methodNotAllowed answers a request whose path has routes of other methods only: 405, with
+// the Allow header the router set; but a request for /dev/mail that is not local gets the 404
+// of an unknown path, as every other method does (see mountDevMail).
+func (s *server) methodNotAllowed(c *gin.Context) error {
+	if s.devMail && isDevMailPath(c.Request) && !localRequest(c.Request) {
+		c.Writer.Header().Del("Allow")
+		return errNotFound
+	}
+	return errMethodNotAllowed
 }
 
 // mountHealth adds /healthz and /readyz.

@@ -5,9 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/netip"
 	"net/url"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -333,18 +331,11 @@ func newSender(config *Config, logger *slog.Logger, role Role) (mail.Sender, *ma
 }
 
 // DevMailServed says whether `serve` with MAILER=log serves /dev/mail for appURL (APP_URL): only
-// when its host is a loopback name or address (localhost, 127.0.0.1, [::1]), the development
-// machine's own. /dev/mail shows every mail with its links, a reset link among them, so a
-// deployment with a public APP_URL never serves it, even when it runs the log mailer.
+// when its host is a loopback name or address (api.LoopbackHost: localhost, 127.0.0.1, [::1]),
+// the development machine's own. /dev/mail shows every mail with its links, a reset link among
+// them, so a deployment with a public APP_URL never serves it, even when it runs the log mailer;
+// and where it is served, it answers only requests from this machine (see api.Config.DevMail).
 func DevMailServed(appURL string) bool {
 	u, err := url.Parse(appURL)
-	if err != nil {
-		return false
-	}
-	host := strings.ToLower(u.Hostname())
-	if host == "localhost" || strings.HasSuffix(host, ".localhost") {
-		return true
-	}
-	addr, err := netip.ParseAddr(host)
-	return err == nil && addr.IsLoopback()
+	return err == nil && api.LoopbackHost(u.Hostname())
 }
