@@ -111,7 +111,7 @@ func adminSuppressionOf(suppression *db.EmailSuppression) *adminSuppression {
 // adminUserMessages is GET /v1/admin/users/{id}/messages: the user's newest mails with their
 // lifecycle, and whether the user's address is on the suppression list.
 func (s *server) adminUserMessages(c *gin.Context) error {
-	raw := c.Param("id")
+	raw := pathParam(c, "id")
 	id, err := strconv.ParseInt(raw, 10, 64)
 	if err != nil || id <= 0 || strconv.FormatInt(id, 10) != raw {
 		return errBadUserID
@@ -232,7 +232,7 @@ func parseCursor(cursor string) (time.Time, []byte, bool) {
 // everywhere, is taken off the suppression list, so mail flows to it again. 204 whether it was
 // on the list or not: the address is off it either way (the list says which beforehand).
 func (s *server) adminDeleteSuppression(c *gin.Context) error {
-	email, err := NormalizeEmail(c.Param("email"))
+	email, err := NormalizeEmail(pathParam(c, "email"))
 	if err != nil {
 		return errBadEmailPath
 	}

@@ -350,7 +350,15 @@ func newServer(config *Config) (*server, *gin.Engine, error) {
 		return nil, nil, fmt.Errorf("error configuring trusted proxies: %w", err)
 	}
 	engine.ForwardedByClientIP = false
-	engine.RemoveExtraSlash = true
+	// Routes match the path as the client sent it (its escaped form), never a decoded or
+	// cleaned one: a proxy in front that keeps /v1/admin/ or /dev/mail private by matching raw
+	// paths sees the path the router sees. An encoded slash stays inside its segment, as data
+	// (a/b@example.com is an address), and no dot segment or doubled slash is resolved into
+	// another route (refuseDotSegments). Parameters are decoded by pathParam, since Gin's
+	// unescaping is a query's and would read "+" as a space.
+	engine.UseEscapedPath = true
+	engine.UnescapePathValues = false
+	engine.RemoveExtraSlash = false
 	// A redirect would turn a one-click unsubscribe POST into a GET, and a redirect answer is
 	// not part of the contract: a path that does not match is a 404 problem.
 	engine.RedirectTrailingSlash = false
@@ -361,6 +369,7 @@ func newServer(config *Config) (*server, *gin.Engine, error) {
 		s.requestID,
 		s.observe,
 		s.recoverer,
+		s.refuseDotSegments,
 		s.limitBody,
 		securityHeaders,
 	)

@@ -98,9 +98,9 @@ func checkOpenAPI(t testing.TB, req *http.Request, rec *httptest.ResponseRecorde
 	}
 
 	// The operation is found by exact path (kin-openapi's routers treat "/riverui" and
-	// "/riverui/" as one), everything under /riverui/ being River UI's. Gin removes extra
-	// slashes before routing; so does the lookup.
-	path, params := matchPath(doc, cleanPath(req.URL.Path))
+	// "/riverui/" as one), everything under /riverui/ being River UI's. The router matches the
+	// escaped path, as sent; so does the lookup.
+	path, params := matchPath(doc, req.URL.EscapedPath())
 	item := doc.Paths.Value(path)
 	if item == nil || item.GetOperation(req.Method) == nil {
 		return fmt.Errorf("no operation %s %s in openapi.yaml", req.Method, path)
@@ -120,10 +120,11 @@ func checkOpenAPI(t testing.TB, req *http.Request, rec *httptest.ResponseRecorde
 	})
 }
 
-// matchPath finds the document's path for a request's: the literal one when there is one, else
-// the template whose segments match, each `{name}` one non-empty segment, and River UI's
-// `/riverui/{path}` everything under /riverui/. It returns the path as the document has it
-// (the request's own when none matches) and the template's parameters.
+// matchPath finds the document's path for a request's escaped path: the literal one when there
+// is one, else the template whose segments match, each `{name}` one non-empty segment (an
+// encoded slash is part of it), and River UI's `/riverui/{path}` everything under /riverui/. It
+// returns the path as the document has it (the request's own when none matches) and the
+// template's parameters, decoded.
 func matchPath(doc *openapi3.T, path string) (string, map[string]string) {
 	params := map[string]string{}
 	if doc.Paths.Value(path) != nil {
@@ -142,7 +143,11 @@ func matchPath(doc *openapi3.T, path string) (string, map[string]string) {
 		matched := map[string]string{}
 		for i, seg := range want {
 			if name, ok := strings.CutPrefix(seg, "{"); ok && strings.HasSuffix(name, "}") && segments[i] != "" {
-				matched[strings.TrimSuffix(name, "}")] = segments[i]
+				value, err := url.PathUnescape(segments[i])
+				if err != nil {
+					value = segments[i]
+				}
+				matched[strings.TrimSuffix(name, "}")] = value
 			} else if seg != segments[i] {
 				matched = nil
 				break
@@ -153,14 +158,6 @@ func matchPath(doc *openapi3.T, path string) (string, map[string]string) {
 		}
 	}
 	return path, params
-}
-
-// cleanPath collapses repeated slashes, keeping a trailing one.
-func cleanPath(p string) string {
-	for strings.Contains(p, "//") {
-		p = strings.ReplaceAll(p, "//", "/")
-	}
-	return p
 }
 
 type errString string

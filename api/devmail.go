@@ -43,7 +43,7 @@ func (s *server) mountDevMail(engine *gin.Engine, outbox *mail.Outbox) {
 		return s.renderDevMail(c, "list", map[string]any{"Title": "Mail", "Mails": outbox.List()})
 	})))
 	engine.GET("/dev/mail/:id", s.handle(devMailOnly(func(c *gin.Context) error {
-		m, ok := outbox.Get(c.Param("id"))
+		m, ok := outbox.Get(pathParam(c, "id"))
 		if !ok {
 			return newError(http.StatusNotFound, "No mail with this id among the last ones the log mailer kept.")
 		}

@@ -8,8 +8,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -145,6 +147,32 @@ func (s *server) requestDeadline(c *gin.Context) {
 	defer cancel()
 	c.Request = c.Request.WithContext(ctx)
 	c.Next()
+}
+
+// refuseDotSegments answers a request whose path holds a dot segment (".", "..", or either
+// percent-encoded) with the 404 of a path no route has. The router never resolves them (see
+// newServer), so such a path could only reach a route as a parameter's value, an address or
+// an id that it is not; refused here, it reaches no handler at all, River UI's included.
+func (s *server) refuseDotSegments(c *gin.Context) {
+	for segment := range strings.SplitSeq(c.Request.URL.EscapedPath(), "/") {
+		if decoded, err := url.PathUnescape(segment); err == nil && (decoded == "." || decoded == "..") {
+			s.writeError(c, errNotFound)
+			c.Abort()
+			return
+		}
+	}
+	c.Next()
+}
+
+// pathParam is the route parameter name, percent-decoded. Routes match the escaped path, so
+// Gin's parameters are as sent (a%2Fb@example.com); the escaped path is valid by construction,
+// so decoding cannot fail.
+func pathParam(c *gin.Context, name string) string {
+	raw := c.Param(name)
+	if decoded, err := url.PathUnescape(raw); err == nil {
+		return decoded
+	}
+	return raw
 }
 
 // limitBody caps the body at MaxBodyBytes: reading past it fails with *http.MaxBytesError, which
