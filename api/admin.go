@@ -47,8 +47,8 @@ var (
 // /v1/admin route is a 404, as any unknown path.
 func (s *server) mountAdmin(v1 *gin.RouterGroup, token string) {
 	admin := v1.Group("/admin", s.handle(adminAuth(token)))
-	admin.GET("/users/:id/messages", s.handle(s.adminUserMessages))
-	admin.GET("/suppressions", s.handle(s.adminSuppressions))
+	get(admin, "/users/:id/messages", s.handle(s.adminUserMessages))
+	get(admin, "/suppressions", s.handle(s.adminSuppressions))
 	admin.DELETE("/suppressions/:email", s.handle(s.adminDeleteSuppression))
 }
 

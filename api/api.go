@@ -212,11 +212,11 @@ func New(config *Config) (*gin.Engine, error) {
 	v1.POST("/auth/register", s.handle(s.register))
 	v1.POST("/auth/forgot-password", s.handle(s.forgotPassword))
 	v1.POST("/auth/resend-verification", s.handle(s.resendVerification))
-	v1.GET("/auth/verify-email", s.handle(s.verifyEmailPage))
+	get(v1, "/auth/verify-email", s.handle(s.verifyEmailPage))
 	v1.POST("/auth/verify-email", s.handle(s.verifyEmail))
-	v1.GET("/auth/reset-password", s.handle(s.resetPasswordPage))
+	get(v1, "/auth/reset-password", s.handle(s.resetPasswordPage))
 	v1.POST("/auth/reset-password", s.handle(s.resetPassword))
-	v1.GET("/unsubscribe", s.handle(s.unsubscribePage))
+	get(v1, "/unsubscribe", s.handle(s.unsubscribePage))
 	v1.POST("/unsubscribe", s.handle(s.unsubscribe))
 	if config.ResendWebhookSecret != "" {
 		if s.webhooks, err = mail.NewResendWebhookVerifier(config.ResendWebhookSecret); err != nil {
@@ -232,7 +232,7 @@ func New(config *Config) (*gin.Engine, error) {
 	}
 
 	s.mountHealth(engine)
-	engine.GET("/openapi.yaml", serveOpenAPI)
+	get(engine, "/openapi.yaml", serveOpenAPI)
 	if config.DevMail != nil {
 		s.mountDevMail(engine, config.DevMail)
 	}
@@ -369,6 +369,7 @@ func newServer(config *Config) (*server, *gin.Engine, error) {
 		s.requestID,
 		s.observe,
 		s.recoverer,
+		headWithoutBody,
 		s.refuseDotSegments,
 		s.limitBody,
 		securityHeaders,
@@ -390,10 +391,16 @@ func (s *server) methodNotAllowed(c *gin.Context) error {
 	return errMethodNotAllowed
 }
 
+// get adds a GET route and its HEAD twin, which answers what the GET would, without the body
+// (headWithoutBody): load balancers and uptime checks probe with HEAD.
+func get(routes gin.IRoutes, path string, handlers ...gin.HandlerFunc) {
+	routes.Match([]string{http.MethodGet, http.MethodHead}, path, handlers...)
+}
+
 // mountHealth adds /healthz and /readyz.
 func (s *server) mountHealth(engine *gin.Engine) {
-	engine.GET("/healthz", s.healthz)
-	engine.GET("/readyz", s.handle(s.readyz))
+	get(engine, "/healthz", s.healthz)
+	get(engine, "/readyz", s.handle(s.readyz))
 }
 
 // mountMetrics adds /metrics.
@@ -402,5 +409,5 @@ func (s *server) mountMetrics(engine *gin.Engine) {
 		ErrorLog:      slog.NewLogLogger(s.logger.Handler(), slog.LevelError),
 		ErrorHandling: promhttp.ContinueOnError,
 	})
-	engine.GET("/metrics", gin.WrapH(metrics))
+	get(engine, "/metrics", gin.WrapH(metrics))
 }

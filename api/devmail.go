@@ -39,10 +39,10 @@ const devMailCSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:
 // even tell it is there.
 func (s *server) mountDevMail(engine *gin.Engine, outbox *mail.Outbox) {
 	s.devMail = true
-	engine.GET("/dev/mail", s.handle(devMailOnly(func(c *gin.Context) error {
+	get(engine, "/dev/mail", s.handle(devMailOnly(func(c *gin.Context) error {
 		return s.renderDevMail(c, "list", map[string]any{"Title": "Mail", "Mails": outbox.List()})
 	})))
-	engine.GET("/dev/mail/:id", s.handle(devMailOnly(func(c *gin.Context) error {
+	get(engine, "/dev/mail/:id", s.handle(devMailOnly(func(c *gin.Context) error {
 		m, ok := outbox.Get(pathParam(c, "id"))
 		if !ok {
 			return newError(http.StatusNotFound, "No mail with this id among the last ones the log mailer kept.")
