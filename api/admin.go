@@ -206,23 +206,27 @@ func (s *server) adminSuppressions(c *gin.Context) error {
 }
 
 // formatCursor and parseCursor are the opaque cursor of a page of the suppression list: the
-// last entry's time (Unix microseconds) and hash, base64url.
+// last entry's time (Unix microseconds) and hash (hex), base64url. parseCursor takes only what
+// formatCursor writes: a time from the Unix epoch to firstPageBefore (the ones a suppression
+// can have, within what both engines store; PostgreSQL refuses a time before 4713 BC), in its
+// canonical decimal form, and a lowercase hash, so a tampered cursor is a 400, never a
+// database error.
 func formatCursor(at time.Time, hash []byte) string {
 	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(at.UnixMicro(), 10) + ":" + hex.EncodeToString(hash)))
 }
 
 func parseCursor(cursor string) (time.Time, []byte, bool) {
-	raw, err := base64.RawURLEncoding.DecodeString(cursor)
+	raw, err := base64.RawURLEncoding.Strict().DecodeString(cursor)
 	if err != nil {
 		return time.Time{}, nil, false
 	}
 	us, hexHash, found := strings.Cut(string(raw), ":")
 	micros, err := strconv.ParseInt(us, 10, 64)
-	if !found || err != nil {
+	if !found || err != nil || strconv.FormatInt(micros, 10) != us || micros < 0 || micros > firstPageBefore.UnixMicro() {
 		return time.Time{}, nil, false
 	}
 	hash, err := hex.DecodeString(hexHash)
-	if err != nil || len(hash) != sha256.Size {
+	if err != nil || len(hash) != sha256.Size || hex.EncodeToString(hash) != hexHash {
 		return time.Time{}, nil, false
 	}
 	return time.UnixMicro(micros).UTC(), hash, true
