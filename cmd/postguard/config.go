@@ -91,6 +91,7 @@ func loadConfig(environ []string) (*config, error) {
 	if (cfg.RiverUIUsername == "") != (cfg.RiverUIPassword == "") {
 		p.fail("RIVERUI_PASSWORD", "RIVERUI_USERNAME and RIVERUI_PASSWORD must be set together (River UI is not mounted when both are unset)")
 	}
+	p.secretsDiffer("APP_SECRET", "ADMIN_TOKEN", "LIMITS_API_TOKEN", "RIVERUI_PASSWORD")
 
 	if len(p.errs) > 0 {
 		return nil, errors.Join(p.errs...)
@@ -310,6 +311,24 @@ func (p *envParser) secret(engine string) []byte {
 	// The value's bytes are the key, whatever its encoding: every process of a deployment derives
 	// the same keys from the same text.
 	return []byte(s)
+}
+
+// secretsDiffer fails each of names (in order) whose value, when set, is another's before it:
+// each secret grants its own power (the admin API, the limits API, River UI, every HMAC), so a
+// holder of one must not hold another. River UI's password is the likeliest to leak, since a
+// browser sends it with every request.
+func (p *envParser) secretsDiffer(names ...string) {
+	for i, name := range names {
+		value := p.getenv(name)
+		if value == "" {
+			continue
+		}
+		for _, earlier := range names[:i] {
+			if p.getenv(earlier) == value {
+				p.fail(name, "must differ from %s: each secret grants its own access, so give each a value of its own (e.g. `openssl rand -hex 32`)", earlier)
+			}
+		}
+	}
 }
 
 func (p *envParser) webhookSecret() string {
