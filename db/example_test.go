@@ -66,6 +66,7 @@ func ExampleNewTables() {
 	// postguard_db_version
 	// rate_limit_counters
 	// readiness_heartbeat
+	// secret_check
 	// send_pacer
 	// users
 	// webhook_events

@@ -467,6 +467,27 @@ func (c *counters) RateLimitCounterDelete(ctx context.Context, params *db.RateLi
 	return wrap("deleting rate limit counter", err)
 }
 
+// SecretCheckRecord implements db.Queries. Both statements may run again after a lost answer:
+// the insert does nothing once a value is recorded.
+func (q *queries) SecretCheckRecord(ctx context.Context, params *db.SecretCheckParams) ([]byte, error) {
+	_, err := run(ctx, q, true, func() (struct{}, error) {
+		return struct{}{}, sqlc.SecretCheckInsert(ctx, q.dbtx, dbsqlc.SecretCheckInsertParams(*params))
+	})
+	if err != nil {
+		return nil, wrap("recording the secret's check value", err)
+	}
+	recorded, err := run(ctx, q, true, func() ([]byte, error) { return sqlc.SecretCheckGet(ctx, q.dbtx) })
+	return recorded, wrap("reading the secret's check value", err)
+}
+
+// SecretCheckReplace implements db.Queries. Running it twice leaves what running it once does.
+func (q *queries) SecretCheckReplace(ctx context.Context, params *db.SecretCheckParams) error {
+	_, err := run(ctx, q, true, func() (struct{}, error) {
+		return struct{}{}, sqlc.SecretCheckReplace(ctx, q.dbtx, dbsqlc.SecretCheckReplaceParams(*params))
+	})
+	return wrap("replacing the secret's check value", err)
+}
+
 // wrap says what failed, its error converted to db's; nil stays nil.
 func wrap(doing string, err error) error {
 	if err == nil {
