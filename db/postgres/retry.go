@@ -37,7 +37,8 @@ const ConnectTimeoutDefault = 5 * time.Second
 //   - A read, or a write that leaves the database as it found it when run twice (idempotent),
 //     runs again after its session was lost, whenever that happened. So does a rate-limit
 //     check: run twice, it may count one request twice, which is what the client's own retry of
-//     a 503 would do, and never lets a request past its limit.
+//     a 503 would do, and never lets a request past its limit. A refund does not: twice, it
+//     would give back two requests for one.
 //
 // Never retried, because it may have committed: a COMMIT whose answer was lost, and a single
 // write statement (which commits by itself) whose connection was lost after it was sent. Those,
