@@ -1,12 +1,14 @@
 package api
 
 import (
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -278,6 +280,53 @@ func TestAdmin_Suppressions(t *testing.T) {
 			bundle := setup(t, newStore(t), &setupOpts{configFunc: adminConfig})
 			for _, query := range []string{"limit=0", "limit=1001", "limit=x", "limit=", "cursor=bm90IGEgY3Vyc29y", "cursor=" + formatCursor(time.Now(), []byte("short"))} {
 				decodeProblem(t, serve(t, bundle.router, adminRequest(http.MethodGet, "/v1/admin/suppressions?"+query)), http.StatusBadRequest)
+			}
+		})
+
+		// A cursor is opaque, but a client can send anything: a time no suppression can have
+		// (the third review's -210866803200000001 is a day before PostgreSQL's first, and was a
+		// 500 there), or a spelling of one that this API never gives, is a 400 on both engines.
+		t.Run("TamperedCursor", func(t *testing.T) {
+			t.Parallel()
+
+			bundle := setup(t, newStore(t), &setupOpts{configFunc: adminConfig})
+			suppressAddresses(t, bundle.store, "ada@example.com")
+			hash := strings.Repeat("ab", 32)
+			cursor := func(raw string) string { return base64.RawURLEncoding.EncodeToString([]byte(raw)) }
+			for _, bad := range []string{
+				cursor("-210866803200000001:" + hash),
+				cursor("-9223372036854775808:" + hash),
+				cursor("9223372036854775807:" + hash),
+				cursor("-1:" + hash),
+				cursor(strconv.FormatInt(firstPageBefore.UnixMicro()+1, 10) + ":" + hash),
+				cursor("9223372036854775808:" + hash),
+				cursor("+1700000000000000:" + hash),
+				cursor("01700000000000000:" + hash),
+				cursor(" 1700000000000000:" + hash),
+				cursor("1700000000000000:" + strings.ToUpper(hash)),
+				cursor("1700000000000000:" + hash[:62]),
+				cursor("1700000000000000:" + hash + "00"),
+				cursor("1700000000000000:" + hash + ":"),
+				cursor("1700000000000000" + hash),
+				cursor(":" + hash),
+				cursor("1.7e15:" + hash),
+				cursor("1700000000000000:" + hash)[:10] + "*",
+				cursor("1700000000000000:"+hash) + "=",
+				"",
+			} {
+				rec := serve(t, bundle.router, adminRequest(http.MethodGet, "/v1/admin/suppressions?cursor="+url.QueryEscape(bad)))
+				decodeProblem(t, rec, http.StatusBadRequest)
+			}
+
+			// The edges of the range are fine: nothing before the first time, everything before
+			// the last.
+			for raw, entries := range map[string]int{
+				"0:" + hash: 0,
+				strconv.FormatInt(firstPageBefore.UnixMicro(), 10) + ":" + hash: 1,
+			} {
+				var answer adminSuppressionsAnswer
+				decodeJSONAnswer(t, serve(t, bundle.router, adminRequest(http.MethodGet, "/v1/admin/suppressions?cursor="+cursor(raw))), http.StatusOK, &answer)
+				require.Len(t, answer.Suppressions, entries, raw)
 			}
 		})
 

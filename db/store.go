@@ -107,6 +107,14 @@ type Queries interface {
 	SendPacerReserve(ctx context.Context, name string, interval time.Duration) (slot, now time.Time, err error)
 	// Now is the database's clock, the one SendPacerReserve schedules on.
 	Now(ctx context.Context) (time.Time, error)
+
+	// SecretCheckRecord records the check value of the secret the database is used with, unless
+	// one is recorded already, and returns the recorded one (params.CheckValue when there was
+	// none). It is two statements, the insert then the read, so that of two processes starting
+	// at once with different secrets the second reads the first's.
+	SecretCheckRecord(ctx context.Context, params *SecretCheckParams) ([]byte, error)
+	// SecretCheckReplace records the check value of a new secret in place of the old one.
+	SecretCheckReplace(ctx context.Context, params *SecretCheckParams) error
 }
 
 // Counters are the rate limiter's statements: each runs alone, outside any other transaction

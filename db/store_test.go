@@ -1008,6 +1008,50 @@ func TestStore_WebhookEvent(t *testing.T) {
 	})
 }
 
+func TestStore_SecretCheck(t *testing.T) {
+	t.Parallel()
+
+	dbtest.Engines(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
+		t.Run("FirstRecordedStays", func(t *testing.T) {
+			t.Parallel()
+
+			ctx, store := t.Context(), newStore(t)
+			recorded, err := store.SecretCheckRecord(ctx, &db.SecretCheckParams{CheckValue: []byte("first"), Now: now})
+			require.NoError(t, err)
+			require.Equal(t, []byte("first"), recorded)
+			recorded, err = store.SecretCheckRecord(ctx, &db.SecretCheckParams{CheckValue: []byte("second"), Now: now})
+			require.NoError(t, err)
+			require.Equal(t, []byte("first"), recorded, "a second secret reads the first's")
+
+			require.NoError(t, store.SecretCheckReplace(ctx, &db.SecretCheckParams{CheckValue: []byte("second"), Now: now}))
+			recorded, err = store.SecretCheckRecord(ctx, &db.SecretCheckParams{CheckValue: []byte("third"), Now: now})
+			require.NoError(t, err)
+			require.Equal(t, []byte("second"), recorded)
+		})
+
+		// Processes starting at once with different secrets: one value is recorded, and every
+		// one of them reads it.
+		t.Run("Concurrent", func(t *testing.T) {
+			t.Parallel()
+
+			ctx, store := t.Context(), newStore(t)
+			got := make([][]byte, 8)
+			var wg sync.WaitGroup
+			for i := range got {
+				wg.Go(func() {
+					recorded, err := store.SecretCheckRecord(ctx, &db.SecretCheckParams{CheckValue: []byte{byte(i)}, Now: now})
+					require.NoError(t, err)
+					got[i] = recorded
+				})
+			}
+			wg.Wait()
+			for _, recorded := range got {
+				require.Equal(t, got[0], recorded)
+			}
+		})
+	})
+}
+
 func TestStore_InTx(t *testing.T) {
 	t.Parallel()
 

@@ -292,3 +292,10 @@ type RateLimitCounterDeleteParams struct {
 	KeyHash     []byte
 	WindowStart time.Time
 }
+
+// SecretCheckParams are the check value of a secret (never the secret itself: an HMAC of a
+// fixed label under a key derived from it) and when it is recorded.
+type SecretCheckParams struct {
+	CheckValue []byte
+	Now        time.Time
+}

@@ -74,7 +74,7 @@ func loadConfig(environ []string) (*config, error) {
 	cfg.AppURL = p.appURL()
 	p.mail(cfg)
 	cfg.MetricsAddr = p.metricsAddr()
-	cfg.AppSecret = p.secret(cfg.Engine)
+	cfg.AppSecret = p.secret(cfg.Engine, true)
 	cfg.TrustedProxies = p.trustedProxies()
 	cfg.ClientIPHeader = p.clientIPHeader()
 	cfg.Rules = p.rules()
@@ -100,6 +100,7 @@ func loadConfig(environ []string) (*config, error) {
 	if (cfg.RiverUIUsername == "") != (cfg.RiverUIPassword == "") {
 		p.fail("RIVERUI_PASSWORD", "RIVERUI_USERNAME and RIVERUI_PASSWORD must be set together (River UI is not mounted when both are unset)")
 	}
+	p.secretsDiffer("APP_SECRET", "ADMIN_TOKEN", "LIMITS_API_TOKEN", "RIVERUI_PASSWORD")
 
 	if len(p.errs) > 0 {
 		return nil, errors.Join(p.errs...)
@@ -119,11 +120,23 @@ func loadMailConfig(environ []string) (*config, error) {
 	return cfg, nil
 }
 
-// loadDatabaseConfig reads only what `postguard migrate` needs: DATABASE_URL and the log settings.
+// loadDatabaseConfig reads only what `postguard migrate` needs: DATABASE_URL, the log settings,
+// and APP_SECRET when it is set (to check it against the database's).
 func loadDatabaseConfig(environ []string) (*config, error) {
+	return loadDatabaseAndSecret(environ, false)
+}
+
+// loadSecretConfig reads what `postguard secret reset` needs: loadDatabaseConfig's variables,
+// APP_SECRET required on PostgreSQL as for the server roles.
+func loadSecretConfig(environ []string) (*config, error) {
+	return loadDatabaseAndSecret(environ, true)
+}
+
+func loadDatabaseAndSecret(environ []string, secretRequired bool) (*config, error) {
 	p := newEnvParser(environ)
 	cfg := &config{DatabaseURL: cmp.Or(p.getenv("DATABASE_URL"), "sqlite://postguard.db")}
 	p.databaseURL(cfg)
+	cfg.AppSecret = p.secret(cfg.Engine, secretRequired)
 	cfg.LogFormat, cfg.LogLevel = p.logging()
 	if len(p.errs) > 0 {
 		return nil, errors.Join(p.errs...)
@@ -304,14 +317,16 @@ func (p *envParser) mail(cfg *config) {
 	cfg.Renderer = renderer
 }
 
-func (p *envParser) secret(engine string) []byte {
+// secret reads APP_SECRET: required on PostgreSQL when required says so; unset on the embedded
+// default, the engine's own secret file is used.
+func (p *envParser) secret(engine string, required bool) []byte {
 	s := p.getenv("APP_SECRET")
 	switch {
-	case s == "" && engine == service.EnginePostgres:
+	case s == "" && engine == service.EnginePostgres && required:
 		p.fail("APP_SECRET", "required on PostgreSQL: at least %d random bytes, e.g. `openssl rand -hex 32`", minSecretLen)
 		return nil
 	case s == "":
-		return nil // the embedded default keeps a generated secret beside its database
+		return nil // the embedded default keeps a generated secret beside its database (or migrate was given none)
 	case len(s) < minSecretLen:
 		p.fail("APP_SECRET", "is %d bytes; it must be at least %d (e.g. `openssl rand -hex 32`)", len(s), minSecretLen)
 		return nil
@@ -319,6 +334,24 @@ func (p *envParser) secret(engine string) []byte {
 	// The value's bytes are the key, whatever its encoding: every process of a deployment derives
 	// the same keys from the same text.
 	return []byte(s)
+}
+
+// secretsDiffer fails each of names (in order) whose value, when set, is another's before it:
+// each secret grants its own power (the admin API, the limits API, River UI, every HMAC), so a
+// holder of one must not hold another. River UI's password is the likeliest to leak, since a
+// browser sends it with every request.
+func (p *envParser) secretsDiffer(names ...string) {
+	for i, name := range names {
+		value := p.getenv(name)
+		if value == "" {
+			continue
+		}
+		for _, earlier := range names[:i] {
+			if p.getenv(earlier) == value {
+				p.fail(name, "must differ from %s: each secret grants its own access, so give each a value of its own (e.g. `openssl rand -hex 32`)", earlier)
+			}
+		}
+	}
 }
 
 func (p *envParser) webhookSecret() string {

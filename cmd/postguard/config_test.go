@@ -252,6 +252,39 @@ func TestLoadConfig(t *testing.T) {
 		})
 	}
 
+	// Each secret grants its own power; one value for two would hand a holder of the weaker the
+	// stronger (River UI's password travels with every request of a browser, in basic auth).
+	t.Run("SecretsDiffer", func(t *testing.T) {
+		t.Parallel()
+
+		a, b := strings.Repeat("a", 32), strings.Repeat("b", 32)
+		for _, tt := range []struct {
+			env  map[string]string
+			want []string
+		}{
+			{map[string]string{"ADMIN_TOKEN": a, "LIMITS_API_TOKEN": a}, []string{"invalid LIMITS_API_TOKEN: must differ from ADMIN_TOKEN"}},
+			{map[string]string{"ADMIN_TOKEN": a, "RIVERUI_USERNAME": "ops", "RIVERUI_PASSWORD": a}, []string{"invalid RIVERUI_PASSWORD: must differ from ADMIN_TOKEN"}},
+			{map[string]string{"LIMITS_API_TOKEN": a, "RIVERUI_USERNAME": "ops", "RIVERUI_PASSWORD": a}, []string{"invalid RIVERUI_PASSWORD: must differ from LIMITS_API_TOKEN"}},
+			{map[string]string{"APP_SECRET": a, "ADMIN_TOKEN": a}, []string{"invalid ADMIN_TOKEN: must differ from APP_SECRET"}},
+			{map[string]string{"ADMIN_TOKEN": a, "LIMITS_API_TOKEN": a, "RIVERUI_USERNAME": "ops", "RIVERUI_PASSWORD": a}, []string{
+				"invalid LIMITS_API_TOKEN: must differ from ADMIN_TOKEN",
+				"invalid RIVERUI_PASSWORD: must differ from ADMIN_TOKEN",
+				"invalid RIVERUI_PASSWORD: must differ from LIMITS_API_TOKEN",
+			}},
+		} {
+			_, err := loadConfig(envFunc(tt.env))
+			require.Error(t, err, tt.env)
+			for _, want := range tt.want {
+				require.ErrorContains(t, err, want)
+			}
+			require.NotContains(t, err.Error(), a, "the message names the variables, never their value")
+		}
+
+		cfg, err := loadConfig(envFunc(map[string]string{"APP_SECRET": strings.Repeat("s", 32), "ADMIN_TOKEN": a, "LIMITS_API_TOKEN": b, "RIVERUI_USERNAME": a, "RIVERUI_PASSWORD": "another long password"}))
+		require.NoError(t, err)
+		require.Equal(t, a, cfg.AdminToken)
+	})
+
 	t.Run("ReportsEveryError", func(t *testing.T) {
 		t.Parallel()
 

@@ -66,7 +66,9 @@ func (s *runningServer) stop(t *testing.T) error {
 func startServer(t *testing.T, r service.Role, env map[string]string) *runningServer {
 	t.Helper()
 
-	env["HTTP_ADDR"] = "127.0.0.1:0"
+	if _, ok := env["HTTP_ADDR"]; !ok {
+		env["HTTP_ADDR"] = "127.0.0.1:0"
+	}
 	if _, ok := env["METRICS_ADDR"]; !ok {
 		env["METRICS_ADDR"] = "127.0.0.1:0" // never the default port, which tests running at once would share
 	}

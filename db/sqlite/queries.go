@@ -559,6 +559,20 @@ func (q *queries) Now(ctx context.Context) (time.Time, error) {
 	return at(nowUS), nil
 }
 
+// SecretCheckRecord implements db.Queries.
+func (q *queries) SecretCheckRecord(ctx context.Context, params *db.SecretCheckParams) ([]byte, error) {
+	if err := sqlc.SecretCheckInsert(ctx, q.dbtx, dbsqlc.SecretCheckInsertParams{CheckValue: params.CheckValue, Now: us(params.Now)}); err != nil {
+		return nil, failed("recording the secret's check value", err)
+	}
+	recorded, err := sqlc.SecretCheckGet(ctx, q.dbtx)
+	return recorded, failed("reading the secret's check value", err)
+}
+
+// SecretCheckReplace implements db.Queries.
+func (q *queries) SecretCheckReplace(ctx context.Context, params *db.SecretCheckParams) error {
+	return failed("replacing the secret's check value", sqlc.SecretCheckReplace(ctx, q.dbtx, dbsqlc.SecretCheckReplaceParams{CheckValue: params.CheckValue, Now: us(params.Now)}))
+}
+
 // failed says what failed, its error converted to db's; nil stays nil.
 func failed(doing string, err error) error {
 	if err == nil {

@@ -2,12 +2,11 @@ package service
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/netip"
 	"net/url"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -75,12 +74,15 @@ type Service struct {
 	DevMail *mail.Outbox
 
 	stopUI context.CancelFunc
+	// lite is the embedded engine under Store; nil on PostgreSQL.
+	lite *sqlite.Engine
 }
 
 // New builds the process of role from config: it opens the engine, takes the secret (on the
 // embedded default, the one kept beside the database), builds the store and its River client with
 // postguard's workers, migrates the embedded default (on PostgreSQL it checks the schema and
-// refuses to run behind it), and builds the role's handler. Close releases what it made.
+// refuses to run behind it), checks the secret against the one the database was made with
+// (CheckSecret), and builds the role's handler. Close releases what it made.
 func New(ctx context.Context, config *Config, logger *slog.Logger, role Role, opts *Opts) (_ *Service, err error) {
 	if opts == nil {
 		opts = &Opts{}
@@ -110,7 +112,7 @@ func New(ctx context.Context, config *Config, logger *slog.Logger, role Role, op
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
 	s := &Service{Config: config, Logger: logger, Role: role, Registry: registry, Mailer: mailer, DevMail: devMail}
-	secret, err := s.open(ctx, func(store db.Store, secret []byte) (*river.Config, error) {
+	secret, err := s.open(ctx, true, func(store db.Store, secret []byte) (*river.Config, error) {
 		riverConfig, err := jobs.NewRiverConfig(
 			&jobs.Deps{
 				Store:      store,
@@ -164,6 +166,11 @@ func New(ctx context.Context, config *Config, logger *slog.Logger, role Role, op
 	} else if err := s.Store.CheckSchema(ctx); err != nil {
 		return nil, err
 	}
+	// Every role checks its secret against the database's before it does anything with it; the
+	// first to start records it, should nothing have yet.
+	if err := CheckSecret(ctx, s.Store, secret, SecretSource(config)); err != nil {
+		return nil, err
+	}
 
 	if s.Handler, err = s.handler(secret, opts); err != nil {
 		return nil, err
@@ -177,19 +184,20 @@ func New(ctx context.Context, config *Config, logger *slog.Logger, role Role, op
 }
 
 // OpenStore opens the store DATABASE_URL names with an insert-only River client, for work that
-// needs no workers (`postguard migrate`). Close the store when done.
+// needs no workers and no secret (the load tool's own statements). Close the store when done.
 func OpenStore(ctx context.Context, config *Config, logger *slog.Logger) (db.Store, error) {
 	s := &Service{Config: config, Logger: logger}
-	if _, err := s.open(ctx, nil); err != nil {
+	if _, err := s.open(ctx, false, nil); err != nil {
 		return nil, err
 	}
 	return s.Store, nil
 }
 
 // open opens the engine and builds s.Store on it, with the River config riverConfigFunc returns
-// given the store and the secret, and returns the secret: APP_SECRET, or the embedded default's
-// own. Without riverConfigFunc the client is insert-only and no secret is needed.
-func (s *Service) open(ctx context.Context, riverConfigFunc func(store db.Store, secret []byte) (*river.Config, error)) ([]byte, error) {
+// given the store and the secret (nil: an insert-only client), and returns the secret when
+// withSecret: APP_SECRET, or the embedded default's own (made for a new database; a lost one is
+// refused, see sqlite.Engine.AppSecret).
+func (s *Service) open(ctx context.Context, withSecret bool, riverConfigFunc func(store db.Store, secret []byte) (*river.Config, error)) ([]byte, error) {
 	config := s.Config
 	secret := config.AppSecret
 	var newStore func(storeConfig *db.StoreConfig) (db.Store, error)
@@ -205,12 +213,16 @@ func (s *Service) open(ctx context.Context, riverConfigFunc func(store db.Store,
 		if err != nil {
 			return nil, fmt.Errorf("error opening SQLite database %s (DATABASE_URL): %w", config.SQLitePath, err)
 		}
-		if secret == nil && riverConfigFunc != nil {
-			if secret, err = lite.AppSecret(); err != nil {
+		if secret == nil && withSecret {
+			if secret, err = lite.AppSecret(ctx); err != nil {
 				lite.Close()
+				if errors.Is(err, sqlite.ErrSecretFileMissing) {
+					return nil, secretFileMissing(config)
+				}
 				return nil, err
 			}
 		}
+		s.lite = lite
 		newStore = func(storeConfig *db.StoreConfig) (db.Store, error) { return db.NewStore(lite, storeConfig) }
 	}
 
@@ -334,18 +346,11 @@ func newSender(config *Config, logger *slog.Logger, role Role) (mail.Sender, *ma
 }
 
 // DevMailServed says whether `serve` with MAILER=log serves /dev/mail for appURL (APP_URL): only
-// when its host is a loopback name or address (localhost, 127.0.0.1, [::1]), the development
-// machine's own. /dev/mail shows every mail with its links, a reset link among them, so a
-// deployment with a public APP_URL never serves it, even when it runs the log mailer.
+// when its host is a loopback name or address (api.LoopbackHost: localhost, 127.0.0.1, [::1]),
+// the development machine's own. /dev/mail shows every mail with its links, a reset link among
+// them, so a deployment with a public APP_URL never serves it, even when it runs the log mailer;
+// and where it is served, it answers only requests from this machine (see api.Config.DevMail).
 func DevMailServed(appURL string) bool {
 	u, err := url.Parse(appURL)
-	if err != nil {
-		return false
-	}
-	host := strings.ToLower(u.Hostname())
-	if host == "localhost" || strings.HasSuffix(host, ".localhost") {
-		return true
-	}
-	addr, err := netip.ParseAddr(host)
-	return err == nil && addr.IsLoopback()
+	return err == nil && api.LoopbackHost(u.Hostname())
 }

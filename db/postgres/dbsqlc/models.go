@@ -73,6 +73,12 @@ type ReadinessHeartbeat struct {
 	BeatAt time.Time
 }
 
+type SecretCheck struct {
+	ID         int16
+	CheckValue []byte
+	RecordedAt time.Time
+}
+
 type SendPacer struct {
 	Name       string
 	TatUs      int64

@@ -72,6 +72,12 @@ type ReadinessHeartbeat struct {
 	Room   []byte
 }
 
+type SecretCheck struct {
+	ID         int64
+	CheckValue []byte
+	RecordedAt int64
+}
+
 type SendPacer struct {
 	Name       string
 	TatUs      int64
