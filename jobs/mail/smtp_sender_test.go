@@ -233,7 +233,7 @@ func TestSMTPSender_Send(t *testing.T) {
 			config.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12} // the system's roots
 		})
 		_, err := bundle.sender.Send(t.Context(), message("k1"))
-		requireSMTPError(t, err, SMTPPhaseConnect, 0, "")
+		_ = requireSMTPError(t, err, SMTPPhaseConnect, 0, "")
 		require.Equal(t, Outcome{Action: ActionRetry, Outage: true}, Classify(err))
 		require.Empty(t, bundle.fake.Received())
 	})
@@ -245,7 +245,7 @@ func TestSMTPSender_Send(t *testing.T) {
 			config.URL.Password = "wrong"
 		})
 		_, err := bundle.sender.Send(t.Context(), message("k1"))
-		requireSMTPError(t, err, SMTPPhaseConnect, 535, "5.7.8")
+		_ = requireSMTPError(t, err, SMTPPhaseConnect, 535, "5.7.8")
 		require.NotContains(t, err.Error(), "wrong")
 		require.Equal(t, Outcome{Action: ActionRetry, Outage: true}, Classify(err))
 		require.Empty(t, bundle.fake.Received())
@@ -257,7 +257,7 @@ func TestSMTPSender_Send(t *testing.T) {
 		bundle := setup(t, SMTPSchemeStartTLS, nil, nil)
 		bundle.fake.Close()
 		_, err := bundle.sender.Send(t.Context(), message("k1"))
-		requireSMTPError(t, err, SMTPPhaseConnect, 0, "")
+		_ = requireSMTPError(t, err, SMTPPhaseConnect, 0, "")
 		require.Equal(t, Outcome{Action: ActionRetry, Outage: true}, Classify(err))
 	})
 
@@ -359,7 +359,7 @@ func TestSMTPSender_Send(t *testing.T) {
 
 		_, err := bundle.sender.Send(ctx, message("k1"))
 		require.ErrorIs(t, err, context.Canceled, "shutdown must stay recognisable")
-		requireSMTPError(t, err, SMTPPhaseEndOfData, 0, "")
+		_ = requireSMTPError(t, err, SMTPPhaseEndOfData, 0, "")
 		require.Equal(t, Outcome{Action: ActionRetry, Outage: true, MaybeAccepted: true}, Classify(err))
 	})
 
