@@ -109,6 +109,11 @@ func TestWorker_KillAfterSMTPAccepted(t *testing.T) {
 	worker.signal(t, syscall.SIGKILL)
 	var exitErr *exec.ExitError
 	require.True(t, errors.As(worker.wait(t, 10*time.Second), &exitErr))
+	// A completion the dead worker had sent waits on the lock in its server session, which
+	// PostgreSQL does not end before the statement does: end it, so the job's row stays as the
+	// crash left it, and only then release the lock.
+	_, err = conn.Exec(t.Context(), "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pg_backend_pid() = ANY(pg_blocking_pids(pid))")
+	require.NoError(t, err)
 	require.NoError(t, lock.Rollback(t.Context()))
 
 	job, err := store.Jobs().JobGet(t.Context(), jobID)
