@@ -301,6 +301,7 @@ func TestLoadConfig(t *testing.T) {
 
 		for _, raw := range []string{
 			"smtp://user:Sup3r-Secret@relay.example.com:port",
+			"smtp://user:Sup3r-Secret@relay.example.com:70000",
 			"smtp://user:Sup3r-Secret%zz@relay.example.com",
 			"ftp://user:Sup3r-Secret@relay.example.com",
 			"smtp://user:Sup3r-Secret@relay.example.com/path",
