@@ -75,6 +75,7 @@ func TestWorker_KillAfterSMTPAccepted(t *testing.T) {
 	require.NoError(t, err)
 
 	worker := startProcess(t, "worker", maps.Clone(env))
+	require.Contains(t, worker.Logs.String(), `"smtp_url":"`+fake.URL(mail.SMTPSchemeInsecure)+`"`, "the start line names the relay")
 	inserted, err := store.JobInsert(t.Context(), jobs.WelcomeEmailArgs{UserID: user.ID}, nil)
 	require.NoError(t, err)
 	jobID := inserted.Job.ID
