@@ -197,9 +197,9 @@ type countingConsumer struct {
 	peeks   atomic.Int64
 }
 
-func (c *countingConsumer) RateLimitCounterGetMany(ctx context.Context, windows []db.RateLimitCounterGetParams) ([]int64, error) {
+func (c *countingConsumer) RateLimitCounterGetMany(ctx context.Context, params *db.RateLimitCounterWindowsParams) (*db.RateLimitCounterGetManyResult, error) {
 	c.peeks.Add(1)
-	return c.Consumer.RateLimitCounterGetMany(ctx, windows)
+	return c.Consumer.RateLimitCounterGetMany(ctx, params)
 }
 
 func (c *countingConsumer) RateLimitCounterConsumeChain(ctx context.Context, params *db.RateLimitCounterChainParams) (*db.RateLimitCounterChainResult, error) {

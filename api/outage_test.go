@@ -32,14 +32,15 @@ func freshRegistration(t *testing.T, prefix string) *http.Request {
 	return jsonRequest(t, "/v1/auth/register", map[string]string{"email": uniqueEmail(prefix), "password": "correct horse battery"})
 }
 
-// TestServer_SQLiteBusy: another connection to the file (as another process would) holds
-// SQLite's write lock longer than the store's busy timeout. A registration then answers 503 with
-// Retry-After once the busy timeout has passed: classified SQLITE_BUSY, not the end of the
-// request's deadline, which is an hour here. /readyz says 503 too; once the lock is released the
-// same router serves.
-func TestServer_SQLiteBusy(t *testing.T) {
-	t.Parallel()
+// busySQLite is a migrated SQLite store of its own, with a short busy timeout, and another
+// connection to its file (as another process would have) that can hold its write lock.
+type busySQLite struct {
+	store  db.Store
+	holder *sql.Conn
+}
 
+func newBusySQLite(t *testing.T) *busySQLite {
+	t.Helper()
 	ctx := t.Context()
 	path := filepath.Join(t.TempDir(), "busy.db")
 	engine, err := sqlite.NewEngine(ctx, path, &sqlite.Config{Logger: dbtest.Logger(t), BusyTimeout: 50 * time.Millisecond})
@@ -48,8 +49,6 @@ func TestServer_SQLiteBusy(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, store.Close()) })
 	require.NoError(t, store.Migrate(ctx))
-	bundle := setup(t, store, &setupOpts{configFunc: func(config *Config) { config.RequestTimeout = time.Hour }})
-	register(t, bundle.router, uniqueEmail("before"))
 
 	// The store registered the "sqlite" driver (modernc.org/sqlite).
 	other, err := sql.Open("sqlite", path)
@@ -58,15 +57,40 @@ func TestServer_SQLiteBusy(t *testing.T) {
 	holder, err := other.Conn(ctx)
 	require.NoError(t, err)
 	t.Cleanup(func() { holder.Close() })
-	_, err = holder.ExecContext(ctx, "BEGIN IMMEDIATE")
-	require.NoError(t, err)
+	return &busySQLite{store: store, holder: holder}
+}
 
+// lock takes the file's write lock, and holds it past the store's busy timeout until unlock.
+func (b *busySQLite) lock(t *testing.T) {
+	t.Helper()
+	_, err := b.holder.ExecContext(t.Context(), "BEGIN IMMEDIATE")
+	require.NoError(t, err)
+}
+
+func (b *busySQLite) unlock(t *testing.T) {
+	t.Helper()
+	_, err := b.holder.ExecContext(t.Context(), "ROLLBACK")
+	require.NoError(t, err)
+}
+
+// TestServer_SQLiteBusy: another connection to the file (as another process would) holds
+// SQLite's write lock longer than the store's busy timeout. A registration then answers 503 with
+// Retry-After once the busy timeout has passed: classified SQLITE_BUSY, not the end of the
+// request's deadline, which is an hour here. /readyz says 503 too; once the lock is released the
+// same router serves.
+func TestServer_SQLiteBusy(t *testing.T) {
+	t.Parallel()
+
+	busy := newBusySQLite(t)
+	bundle := setup(t, busy.store, &setupOpts{configFunc: func(config *Config) { config.RequestTimeout = time.Hour }})
+	register(t, bundle.router, uniqueEmail("before"))
+
+	busy.lock(t)
 	requireOutage(t, bundle, serve(t, bundle.router, freshRegistration(t, "busy")))
 	require.Contains(t, bundle.logs.String(), "SQLITE_BUSY")
 	requireOutage(t, bundle, serve(t, bundle.router, httptest.NewRequest(http.MethodGet, "/readyz", nil)))
 
-	_, err = holder.ExecContext(ctx, "ROLLBACK")
-	require.NoError(t, err)
+	busy.unlock(t)
 	register(t, bundle.router, uniqueEmail("after"))
 	require.Equal(t, http.StatusOK, serve(t, bundle.router, httptest.NewRequest(http.MethodGet, "/readyz", nil)).Code)
 }

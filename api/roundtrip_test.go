@@ -2,6 +2,8 @@ package api
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -54,8 +56,8 @@ func firstLines(sql []string) []string {
 
 // TestServer_RoundTrips counts, on the wire, the statements a rate-limited request sends to
 // PostgreSQL: a forgot-password or resend-verification for an unknown email is one statement
-// (both checks and the user lookup), and so are a spend and a peek of the limits API; a known
-// email adds only its transaction.
+// (both checks and the user lookup), and so are a spend, a peek, a refund and a clear of the
+// limits API, with a trusted device or without; a known email adds only its transaction.
 func TestServer_RoundTrips(t *testing.T) {
 	t.Parallel()
 
@@ -115,5 +117,51 @@ func TestServer_RoundTrips(t *testing.T) {
 		require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
 		require.Equal(t, []string{"-- name: RateLimitCounterGetMany :many"}, firstLines(tracer.take()),
 			"the IP and key peeks in one statement")
+
+		req = limitsRequestOf(t, http.MethodPost, "/v1/limits/login/refund", `{"ip":"203.0.113.9","key":"account-1"}`)
+		rec = serve(t, bundle.router, req)
+		require.Equal(t, http.StatusNoContent, rec.Code, rec.Body.String())
+		require.Equal(t, []string{"-- name: RateLimitCounterRefund :one"}, firstLines(tracer.take()),
+			"the IP's and the key's refunds in one statement")
+
+		req = limitsRequestOf(t, http.MethodDelete, "/v1/limits/login", `{"ip":"203.0.113.9","key":"account-1"}`)
+		rec = serve(t, bundle.router, req)
+		require.Equal(t, http.StatusNoContent, rec.Code, rec.Body.String())
+		require.Equal(t, []string{"-- name: RateLimitCounterDeleteMany :one"}, firstLines(tracer.take()),
+			"the IP's and the key's clears in one statement")
+	})
+
+	t.Run("LimitsDevice", func(t *testing.T) {
+		req := limitsRequestOf(t, http.MethodPost, "/v1/limits/login/devices", `{"key":"account-2"}`)
+		rec := serve(t, bundle.router, req)
+		require.Equal(t, http.StatusCreated, rec.Code, rec.Body.String())
+		require.Equal(t, []string{"-- name: RateLimitDeviceRevocationGet :one"}, firstLines(tracer.take()))
+		var answer limitsDeviceAnswer
+		require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &answer))
+		body := fmt.Sprintf(`{"ip":"203.0.113.9","key":"account-2","device":%q}`, answer.Device)
+
+		for _, tt := range []struct {
+			method, path string
+			want         int
+			statement    string
+		}{
+			{http.MethodPost, "/v1/limits/login", http.StatusOK, "-- name: RateLimitCounterConsumeChain :one"},
+			{http.MethodPost, "/v1/limits/login?peek=true", http.StatusOK, "-- name: RateLimitCounterGetMany :many"},
+			{http.MethodPost, "/v1/limits/login/refund", http.StatusNoContent, "-- name: RateLimitCounterRefund :one"},
+			{http.MethodDelete, "/v1/limits/login", http.StatusNoContent, "-- name: RateLimitCounterDeleteMany :one"},
+		} {
+			rec := serve(t, bundle.router, limitsRequestOf(t, tt.method, tt.path, body))
+			require.Equal(t, tt.want, rec.Code, rec.Body.String())
+			require.Equal(t, []string{tt.statement}, firstLines(tracer.take()),
+				"%s %s with a device: its check and the counters in one statement", tt.method, tt.path)
+		}
+		require.Equal(t, map[string]float64{"trusted": 4, "revoked": 0, "expired": 0, "forged": 0, "malformed": 0}, deviceTokens(t, bundle.registry, "login"))
+
+		rec = serve(t, bundle.router, limitsRequestOf(t, http.MethodDelete, "/v1/limits/login/devices", `{"key":"account-2"}`))
+		require.Equal(t, http.StatusNoContent, rec.Code, rec.Body.String())
+		require.Equal(t, []string{"-- name: RateLimitDeviceRevocationUpsert :exec"}, firstLines(tracer.take()))
+		rec = serve(t, bundle.router, limitsRequestOf(t, http.MethodPost, "/v1/limits/login", body))
+		require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+		require.Equal(t, []string{"-- name: RateLimitCounterConsumeChain :one"}, firstLines(tracer.take()), "a revoked device costs the same")
 	})
 }

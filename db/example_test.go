@@ -65,6 +65,7 @@ func ExampleNewTables() {
 	// email_tokens
 	// postguard_db_version
 	// rate_limit_counters
+	// rate_limit_device_revocations
 	// readiness_heartbeat
 	// send_pacer
 	// users

@@ -97,6 +97,16 @@ type Queries interface {
 	// RateLimitCounterDeleteExpired deletes up to max counters whose window ended before before.
 	RateLimitCounterDeleteExpired(ctx context.Context, before time.Time, max int) (int64, error)
 
+	// RateLimitDeviceRevocationUpsert revokes every trusted-device token issued so far under
+	// keyHash: it records the database's clock as the key's revocation time, later than any
+	// recorded before. It runs on durable connections (a revocation must survive a crash).
+	RateLimitDeviceRevocationUpsert(ctx context.Context, keyHash []byte) error
+	// RateLimitDeviceRevocationGet reads keyHash's last revocation time, the one a token issued
+	// now carries: the Unix epoch when none is recorded.
+	RateLimitDeviceRevocationGet(ctx context.Context, keyHash []byte) (time.Time, error)
+	// RateLimitDeviceRevocationDeleteBefore deletes up to max revocations recorded before before.
+	RateLimitDeviceRevocationDeleteBefore(ctx context.Context, before time.Time, max int) (int64, error)
+
 	// SendPacerReserve takes the next send slot of the named budget, one interval after the
 	// previous slot and never before the database's now, and returns it with that now. The
 	// schedule runs on the database's clock, the one clock every process shares, so no process's
@@ -122,11 +132,19 @@ type Counters interface {
 	// nothing.
 	RateLimitCounterGet(ctx context.Context, params *RateLimitCounterGetParams) (int64, error)
 	// RateLimitCounterGetMany reads several windows' counts in one round trip, in the order
-	// asked (0 for a window with nothing counted), spending nothing: a request's peek.
-	RateLimitCounterGetMany(ctx context.Context, windows []RateLimitCounterGetParams) ([]int64, error)
+	// asked (0 for a window with nothing counted), spending nothing: a request's peek. A trusted
+	// device is checked in the same round trip.
+	RateLimitCounterGetMany(ctx context.Context, params *RateLimitCounterWindowsParams) (*RateLimitCounterGetManyResult, error)
 	// RateLimitCounterDelete deletes a window's counter (none is fine): its key starts the window
 	// afresh.
 	RateLimitCounterDelete(ctx context.Context, params *RateLimitCounterDeleteParams) error
+	// RateLimitCounterDeleteMany deletes several windows' counters (none is fine) in one round
+	// trip, a trusted device checked with them: a request's clear. trusted says the device stood.
+	RateLimitCounterDeleteMany(ctx context.Context, params *RateLimitCounterWindowsParams) (trusted bool, err error)
+	// RateLimitCounterRefund gives one request back to each of several windows, in one round
+	// trip, never below zero (a window at 0 or never counted is left alone), a trusted device
+	// checked with them: a request's refund. trusted says the device stood.
+	RateLimitCounterRefund(ctx context.Context, params *RateLimitCounterWindowsParams) (trusted bool, err error)
 }
 
 // Tx is a transaction of Store.InTx: the app's statements, and River jobs inserted with River's

@@ -1689,14 +1689,20 @@ func TestStore_RateLimitCounterConsumeChain(t *testing.T) {
 			})
 			require.NoError(t, err)
 
-			counts, err := store.RateLimitCounterGetMany(ctx, []db.RateLimitCounterGetParams{
+			result, err := store.RateLimitCounterGetMany(ctx, &db.RateLimitCounterWindowsParams{Windows: []db.RateLimitCounterGetParams{
 				{KeyHash: tokenHash("key"), WindowStart: now},
 				{KeyHash: tokenHash("never"), WindowStart: now},
 				{KeyHash: tokenHash("ip"), WindowStart: now},
-				{KeyHash: tokenHash("ip"), WindowStart: now.Add(-15 * time.Minute)},
-			})
+			}})
 			require.NoError(t, err)
-			require.Equal(t, []int64{2, 0, 1, 0}, counts)
+			require.Equal(t, []int64{2, 0, 1}, result.Counts)
+			require.False(t, result.DeviceTrusted)
+
+			result, err = store.RateLimitCounterGetMany(ctx, &db.RateLimitCounterWindowsParams{Windows: []db.RateLimitCounterGetParams{
+				{KeyHash: tokenHash("ip"), WindowStart: now.Add(-15 * time.Minute)},
+			}})
+			require.NoError(t, err)
+			require.Equal(t, []int64{0}, result.Counts, "another window")
 		})
 
 		t.Run("RefusesBadChains", func(t *testing.T) {
@@ -1716,6 +1722,351 @@ func TestStore_RateLimitCounterConsumeChain(t *testing.T) {
 			noKey.KeyHash = nil
 			_, err := store.RateLimitCounterConsumeChain(ctx, &db.RateLimitCounterChainParams{Windows: []db.RateLimitCounterConsumeParams{window("b", 1), noKey}})
 			require.ErrorContains(t, err, "rate limit chain window 2 has no key")
+		})
+	})
+}
+
+func TestStore_RateLimitCounterRefund(t *testing.T) {
+	t.Parallel()
+
+	dbtest.Engines(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
+		spend := func(t *testing.T, store db.Store, key string, start time.Time, times int) {
+			t.Helper()
+			for range times {
+				_, ok, err := store.RateLimitCounterConsume(t.Context(), &db.RateLimitCounterConsumeParams{
+					KeyHash: tokenHash(key), WindowStart: start, WindowEnd: start.Add(15 * time.Minute), LimitCount: 5,
+				})
+				require.NoError(t, err)
+				require.True(t, ok)
+			}
+		}
+		count := func(t *testing.T, store db.Store, key string, start time.Time) int64 {
+			t.Helper()
+			n, err := store.RateLimitCounterGet(t.Context(), &db.RateLimitCounterGetParams{KeyHash: tokenHash(key), WindowStart: start})
+			require.NoError(t, err)
+			return n
+		}
+		refund := func(t *testing.T, store db.Store, windows ...db.RateLimitCounterGetParams) {
+			t.Helper()
+			trusted, err := store.RateLimitCounterRefund(t.Context(), &db.RateLimitCounterWindowsParams{Windows: windows})
+			require.NoError(t, err)
+			require.False(t, trusted, "no device")
+		}
+		window := func(key string, start time.Time) db.RateLimitCounterGetParams {
+			return db.RateLimitCounterGetParams{KeyHash: tokenHash(key), WindowStart: start}
+		}
+
+		t.Run("GivesOneBackToEachWindow", func(t *testing.T) {
+			t.Parallel()
+
+			store := newStore(t)
+			spend(t, store, "ip", now, 5)
+			spend(t, store, "key", now, 2)
+			spend(t, store, "ip", now.Add(-15*time.Minute), 3)
+
+			refund(t, store, window("ip", now), window("key", now))
+			require.Equal(t, int64(4), count(t, store, "ip", now))
+			require.Equal(t, int64(1), count(t, store, "key", now))
+			require.Equal(t, int64(3), count(t, store, "ip", now.Add(-15*time.Minute)), "another window is untouched")
+
+			// The refunded request can be spent again: the window at its limit admits once more.
+			spend(t, store, "ip", now, 1)
+			_, ok, err := store.RateLimitCounterConsume(t.Context(), &db.RateLimitCounterConsumeParams{
+				KeyHash: tokenHash("ip"), WindowStart: now, WindowEnd: now.Add(15 * time.Minute), LimitCount: 5,
+			})
+			require.NoError(t, err)
+			require.False(t, ok)
+		})
+
+		t.Run("NeverBelowZero", func(t *testing.T) {
+			t.Parallel()
+
+			store := newStore(t)
+			spend(t, store, "ip", now, 1)
+			for range 3 {
+				refund(t, store, window("ip", now), window("never", now))
+			}
+			require.Zero(t, count(t, store, "ip", now))
+			require.Zero(t, count(t, store, "never", now))
+			deleted, err := store.RateLimitCounterDeleteExpired(t.Context(), now.Add(time.Hour), 100)
+			require.NoError(t, err)
+			require.Equal(t, int64(1), deleted, "a refund inserts no counter")
+		})
+
+		t.Run("ConcurrentRefundsNeverBelowZero", func(t *testing.T) {
+			t.Parallel()
+
+			ctx := t.Context()
+			store := newStore(t)
+			spend(t, store, "ip", now, 5)
+			spend(t, store, "key", now, 5)
+
+			// 40 refunds of both windows at once, beside 10 chains spending them: the counts end
+			// at 0 or above, and every spend that was admitted is still counted or refunded.
+			var wg sync.WaitGroup
+			errs := make([]error, 50)
+			admitted := make([]int, 50)
+			for i := range 50 {
+				wg.Go(func() {
+					if i%5 == 0 {
+						result, err := store.RateLimitCounterConsumeChain(ctx, &db.RateLimitCounterChainParams{Windows: []db.RateLimitCounterConsumeParams{
+							{KeyHash: tokenHash("ip"), WindowStart: now, WindowEnd: now.Add(15 * time.Minute), LimitCount: 5},
+							{KeyHash: tokenHash("key"), WindowStart: now, WindowEnd: now.Add(15 * time.Minute), LimitCount: 5},
+						}})
+						errs[i] = err
+						if err == nil {
+							admitted[i] = len(result.Counts)
+						}
+						return
+					}
+					_, errs[i] = store.RateLimitCounterRefund(ctx, &db.RateLimitCounterWindowsParams{Windows: []db.RateLimitCounterGetParams{window("ip", now), window("key", now)}})
+				})
+			}
+			wg.Wait()
+			for _, err := range errs {
+				require.NoError(t, err)
+			}
+			for _, key := range []string{"ip", "key"} {
+				n := count(t, store, key, now)
+				require.GreaterOrEqual(t, n, int64(0), key)
+				require.LessOrEqual(t, n, int64(5), key)
+			}
+		})
+	})
+}
+
+func TestStore_RateLimitCounterDeleteMany(t *testing.T) {
+	t.Parallel()
+
+	dbtest.Engines(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
+		t.Run("DeletesTheNamedWindows", func(t *testing.T) {
+			t.Parallel()
+
+			ctx := t.Context()
+			store := newStore(t)
+			for _, key := range []string{"ip", "key", "other"} {
+				for _, start := range []time.Time{now, now.Add(-15 * time.Minute)} {
+					_, _, err := store.RateLimitCounterConsume(ctx, &db.RateLimitCounterConsumeParams{
+						KeyHash: tokenHash(key), WindowStart: start, WindowEnd: start.Add(15 * time.Minute), LimitCount: 5,
+					})
+					require.NoError(t, err)
+				}
+			}
+
+			trusted, err := store.RateLimitCounterDeleteMany(ctx, &db.RateLimitCounterWindowsParams{Windows: []db.RateLimitCounterGetParams{
+				{KeyHash: tokenHash("ip"), WindowStart: now},
+				{KeyHash: tokenHash("key"), WindowStart: now},
+				{KeyHash: tokenHash("never"), WindowStart: now},
+			}})
+			require.NoError(t, err)
+			require.False(t, trusted)
+
+			result, err := store.RateLimitCounterGetMany(ctx, &db.RateLimitCounterWindowsParams{Windows: []db.RateLimitCounterGetParams{
+				{KeyHash: tokenHash("ip"), WindowStart: now},
+				{KeyHash: tokenHash("key"), WindowStart: now},
+				{KeyHash: tokenHash("other"), WindowStart: now},
+			}})
+			require.NoError(t, err)
+			require.Equal(t, []int64{0, 0, 1}, result.Counts)
+			deleted, err := store.RateLimitCounterDeleteExpired(ctx, now.Add(time.Second), 100)
+			require.NoError(t, err)
+			require.Equal(t, int64(3), deleted, "the earlier windows were kept")
+		})
+	})
+}
+
+func TestStore_RateLimitDevice(t *testing.T) {
+	t.Parallel()
+
+	dbtest.Engines(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
+		const limit = 3
+		window := func(key string) db.RateLimitCounterConsumeParams {
+			w := db.RateLimitCounterConsumeParams{KeyHash: tokenHash(key), WindowStart: now, WindowEnd: now.Add(15 * time.Minute), LimitCount: limit}
+			if key == "ip" {
+				w.LimitCount = 100
+			}
+			return w
+		}
+		get := func(key string) db.RateLimitCounterGetParams {
+			return db.RateLimitCounterGetParams{KeyHash: tokenHash(key), WindowStart: now}
+		}
+		// device is the device "phone" of the account "account" in the chain's second window.
+		device := func(since time.Time) *db.RateLimitDeviceParams {
+			return &db.RateLimitDeviceParams{Window: 1, KeyHash: tokenHash("phone"), RevocationHash: tokenHash("account-devices"), Since: since}
+		}
+		counts := func(t *testing.T, store db.Store, keys ...string) []int64 {
+			t.Helper()
+			windows := make([]db.RateLimitCounterGetParams, len(keys))
+			for i, key := range keys {
+				windows[i] = get(key)
+			}
+			result, err := store.RateLimitCounterGetMany(t.Context(), &db.RateLimitCounterWindowsParams{Windows: windows})
+			require.NoError(t, err)
+			return result.Counts
+		}
+		epoch := time.Unix(0, 0).UTC()
+
+		t.Run("RevocationTimes", func(t *testing.T) {
+			t.Parallel()
+
+			ctx := t.Context()
+			store := newStore(t)
+
+			revokedAt, err := store.RateLimitDeviceRevocationGet(ctx, tokenHash("account-devices"))
+			require.NoError(t, err)
+			require.True(t, epoch.Equal(revokedAt), "never revoked: %s", revokedAt)
+
+			// Each revocation is later than the one before, on the database's clock.
+			before := time.Now().Truncate(time.Millisecond)
+			var last time.Time
+			for range 3 {
+				require.NoError(t, store.RateLimitDeviceRevocationUpsert(ctx, tokenHash("account-devices")))
+				revokedAt, err := store.RateLimitDeviceRevocationGet(ctx, tokenHash("account-devices"))
+				require.NoError(t, err)
+				require.True(t, revokedAt.After(last), "%s not after %s", revokedAt, last)
+				require.False(t, revokedAt.Before(before))
+				last = revokedAt
+			}
+			other, err := store.RateLimitDeviceRevocationGet(ctx, tokenHash("another-account"))
+			require.NoError(t, err)
+			require.True(t, epoch.Equal(other), "another key's devices stand")
+
+			deleted, err := store.RateLimitDeviceRevocationDeleteBefore(ctx, last, 10)
+			require.NoError(t, err)
+			require.Zero(t, deleted, "not before its time")
+			deleted, err = store.RateLimitDeviceRevocationDeleteBefore(ctx, last.Add(time.Microsecond), 10)
+			require.NoError(t, err)
+			require.Equal(t, int64(1), deleted)
+			revokedAt, err = store.RateLimitDeviceRevocationGet(ctx, tokenHash("account-devices"))
+			require.NoError(t, err)
+			require.True(t, epoch.Equal(revokedAt))
+		})
+
+		t.Run("DeleteBeforeInBatches", func(t *testing.T) {
+			t.Parallel()
+
+			ctx := t.Context()
+			store := newStore(t)
+			for i := range 5 {
+				require.NoError(t, store.RateLimitDeviceRevocationUpsert(ctx, tokenHash(fmt.Sprintf("account-%d", i))))
+			}
+			for _, want := range []int64{2, 2, 1, 0} {
+				deleted, err := store.RateLimitDeviceRevocationDeleteBefore(ctx, time.Now().Add(time.Hour), 2)
+				require.NoError(t, err)
+				require.Equal(t, want, deleted)
+			}
+		})
+
+		t.Run("ATrustedDeviceSpendsItsOwnBucket", func(t *testing.T) {
+			t.Parallel()
+
+			ctx := t.Context()
+			store := newStore(t)
+			chain := func(device *db.RateLimitDeviceParams) *db.RateLimitCounterChainResult {
+				t.Helper()
+				result, err := store.RateLimitCounterConsumeChain(ctx, &db.RateLimitCounterChainParams{
+					Windows: []db.RateLimitCounterConsumeParams{window("ip"), window("account")},
+					Device:  device,
+				})
+				require.NoError(t, err)
+				return result
+			}
+
+			// The account is spent by clients without a device.
+			for range limit {
+				require.Len(t, chain(nil).Counts, 2)
+			}
+			require.Len(t, chain(nil).Counts, 1, "the IP admits, the account refuses")
+
+			// The device spends its own bucket; the IP's window is the same for everyone.
+			for want := int64(1); want <= limit; want++ {
+				result := chain(device(epoch))
+				require.True(t, result.DeviceTrusted)
+				require.Equal(t, []int64{limit + 1 + want, want}, result.Counts)
+			}
+			result := chain(device(epoch))
+			require.True(t, result.DeviceTrusted)
+			require.Len(t, result.Counts, 1, "the device locks itself")
+			require.Equal(t, []int64{2*limit + 2, limit, limit}, counts(t, store, "ip", "account", "phone"))
+
+			// A peek, a refund and a clear of the device are the device's bucket's too.
+			require.NoError(t, store.RateLimitCounterDelete(ctx, &db.RateLimitCounterDeleteParams{KeyHash: tokenHash("phone"), WindowStart: now}))
+			require.NoError(t, store.RateLimitCounterDelete(ctx, &db.RateLimitCounterDeleteParams{KeyHash: tokenHash("ip"), WindowStart: now}))
+			chain(device(epoch))
+			peek, err := store.RateLimitCounterGetMany(ctx, &db.RateLimitCounterWindowsParams{Windows: []db.RateLimitCounterGetParams{get("ip"), get("account")}, Device: device(epoch)})
+			require.NoError(t, err)
+			require.True(t, peek.DeviceTrusted)
+			require.Equal(t, []int64{1, 1}, peek.Counts)
+			trusted, err := store.RateLimitCounterRefund(ctx, &db.RateLimitCounterWindowsParams{Windows: []db.RateLimitCounterGetParams{get("ip"), get("account")}, Device: device(epoch)})
+			require.NoError(t, err)
+			require.True(t, trusted)
+			require.Equal(t, []int64{0, limit, 0}, counts(t, store, "ip", "account", "phone"))
+			chain(device(epoch))
+			trusted, err = store.RateLimitCounterDeleteMany(ctx, &db.RateLimitCounterWindowsParams{Windows: []db.RateLimitCounterGetParams{get("account")}, Device: &db.RateLimitDeviceParams{
+				Window: 0, KeyHash: tokenHash("phone"), RevocationHash: tokenHash("account-devices"), Since: epoch,
+			}})
+			require.NoError(t, err)
+			require.True(t, trusted)
+			require.Equal(t, []int64{1, limit, 0}, counts(t, store, "ip", "account", "phone"), "the account's failures stay")
+		})
+
+		t.Run("ARevokedDeviceIsNone", func(t *testing.T) {
+			t.Parallel()
+
+			ctx := t.Context()
+			store := newStore(t)
+			require.NoError(t, store.RateLimitDeviceRevocationUpsert(ctx, tokenHash("account-devices")))
+			revokedAt, err := store.RateLimitDeviceRevocationGet(ctx, tokenHash("account-devices"))
+			require.NoError(t, err)
+
+			windows := []db.RateLimitCounterConsumeParams{window("ip"), window("account")}
+			// Issued before the revocation: none, in each statement.
+			result, err := store.RateLimitCounterConsumeChain(ctx, &db.RateLimitCounterChainParams{Windows: windows, Device: device(revokedAt.Add(-time.Microsecond))})
+			require.NoError(t, err)
+			require.False(t, result.DeviceTrusted)
+			require.Equal(t, []int64{1, 1, 0}, counts(t, store, "ip", "account", "phone"), "the account's bucket was spent")
+			peek, err := store.RateLimitCounterGetMany(ctx, &db.RateLimitCounterWindowsParams{Windows: []db.RateLimitCounterGetParams{get("ip"), get("account")}, Device: device(epoch)})
+			require.NoError(t, err)
+			require.False(t, peek.DeviceTrusted)
+			require.Equal(t, []int64{1, 1}, peek.Counts)
+			trusted, err := store.RateLimitCounterRefund(ctx, &db.RateLimitCounterWindowsParams{Windows: []db.RateLimitCounterGetParams{get("account")}, Device: &db.RateLimitDeviceParams{
+				Window: 0, KeyHash: tokenHash("phone"), RevocationHash: tokenHash("account-devices"), Since: epoch,
+			}})
+			require.NoError(t, err)
+			require.False(t, trusted)
+			require.Equal(t, []int64{1, 0, 0}, counts(t, store, "ip", "account", "phone"), "the account's bucket was refunded")
+
+			// Issued after it (carrying its time): trusted.
+			result, err = store.RateLimitCounterConsumeChain(ctx, &db.RateLimitCounterChainParams{Windows: windows, Device: device(revokedAt)})
+			require.NoError(t, err)
+			require.True(t, result.DeviceTrusted)
+			require.Equal(t, []int64{2, 0, 1}, counts(t, store, "ip", "account", "phone"))
+
+			// Another revocation: that one is revoked too, everywhere.
+			require.NoError(t, store.RateLimitDeviceRevocationUpsert(ctx, tokenHash("account-devices")))
+			result, err = store.RateLimitCounterConsumeChain(ctx, &db.RateLimitCounterChainParams{Windows: windows, Device: device(revokedAt)})
+			require.NoError(t, err)
+			require.False(t, result.DeviceTrusted)
+			require.Equal(t, []int64{3, 1, 1}, counts(t, store, "ip", "account", "phone"))
+		})
+
+		t.Run("RefusesBadDevices", func(t *testing.T) {
+			t.Parallel()
+
+			ctx := t.Context()
+			store := newStore(t)
+			for _, bad := range []*db.RateLimitDeviceParams{
+				{Window: 2, KeyHash: tokenHash("phone"), RevocationHash: tokenHash("r")},
+				{Window: -1, KeyHash: tokenHash("phone"), RevocationHash: tokenHash("r")},
+				{Window: 1, RevocationHash: tokenHash("r")},
+				{Window: 1, KeyHash: tokenHash("phone")},
+			} {
+				_, err := store.RateLimitCounterConsumeChain(ctx, &db.RateLimitCounterChainParams{Windows: []db.RateLimitCounterConsumeParams{window("ip"), window("account")}, Device: bad})
+				require.Error(t, err)
+				_, err = store.RateLimitCounterRefund(ctx, &db.RateLimitCounterWindowsParams{Windows: []db.RateLimitCounterGetParams{get("ip"), get("account")}, Device: bad})
+				require.Error(t, err)
+			}
+			require.Equal(t, []int64{0, 0}, counts(t, store, "ip", "account"), "nothing spent")
 		})
 	})
 }

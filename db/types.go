@@ -264,6 +264,9 @@ type RateLimitCounterChainParams struct {
 	// UserEmail, when not empty, is a normalised email whose user is read when every window
 	// admitted.
 	UserEmail string
+	// Device, when not nil, is a trusted device whose own bucket one of the windows is counted in
+	// instead, while the device stands.
+	Device *RateLimitDeviceParams
 }
 
 // RateLimitCounterChainResult is what RateLimitCounterConsumeChain spent and read.
@@ -274,6 +277,43 @@ type RateLimitCounterChainResult struct {
 	Counts []int64
 	// User is UserEmail's user when every window admitted and there is one; nil otherwise.
 	User *User
+	// DeviceTrusted says the Device stood: its window was the device's own bucket.
+	DeviceTrusted bool
+}
+
+// RateLimitDeviceParams are a trusted-device token's part in a request's windows: while no
+// revocation of its account's devices is recorded later than Since, the window at Window is
+// counted in the device's own bucket, KeyHash, instead of the account's. The check is made in the
+// same round trip as the windows' own statements.
+type RateLimitDeviceParams struct {
+	// Window is the index, among the request's windows, of the one the device's bucket replaces
+	// (the key rule's).
+	Window int
+	// KeyHash is the device's own bucket of that window's rule.
+	KeyHash []byte
+	// RevocationHash is the key the account's revocations are recorded under
+	// (RateLimitDeviceRevocationUpsert).
+	RevocationHash []byte
+	// Since is the account's last revocation time when the token was issued
+	// (RateLimitDeviceRevocationGet), the Unix epoch when there was none.
+	Since time.Time
+}
+
+// RateLimitCounterWindowsParams are several fixed windows of a request, each of a different key,
+// in the order its rules are checked (at most RateLimitChainMax), and the trusted device it
+// carries, if any: what RateLimitCounterGetMany reads, RateLimitCounterRefund gives back to and
+// RateLimitCounterDeleteMany deletes.
+type RateLimitCounterWindowsParams struct {
+	Windows []RateLimitCounterGetParams
+	Device  *RateLimitDeviceParams
+}
+
+// RateLimitCounterGetManyResult is what RateLimitCounterGetMany read.
+type RateLimitCounterGetManyResult struct {
+	// Counts holds each window's count, in the order asked (0 when nothing was counted).
+	Counts []int64
+	// DeviceTrusted says the Device stood: its window's count is the device's own bucket's.
+	DeviceTrusted bool
 }
 
 // RateLimitCounterGetParams names one fixed window of one key.

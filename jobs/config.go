@@ -24,6 +24,7 @@ import (
 	"github.com/riverqueue/river/riverlog"
 	"github.com/riverqueue/river/rivertype"
 
+	"github.com/postguard/postguard/api/abuse"
 	"github.com/postguard/postguard/db"
 	"github.com/postguard/postguard/jobs/mail"
 	"github.com/postguard/postguard/tokens"
@@ -47,6 +48,11 @@ const (
 	DefaultCounterRetention = 24 * time.Hour   // COUNTER_RETENTION
 	DefaultPruneInterval    = time.Hour        // PRUNE_INTERVAL
 )
+
+// DeviceRevocationMargin is how long past DeviceTokenTTL a revocation of trusted devices is kept:
+// a token's expiry is judged by the clock of the process that reads it, and its issue time was
+// stamped by another's, so the margin covers any skew between them (a day, far more than any).
+const DeviceRevocationMargin = 24 * time.Hour
 
 // EmailMaxAttempts is how many times an email job is tried before it is discarded (snoozes do
 // not count): with RetryPolicy, about 0, 1, 3, 7 and 15 minutes after the first attempt.
@@ -107,6 +113,10 @@ type Config struct {
 	// CounterRetention is how long rate-limit counters are kept after their window ends, and
 	// email tokens after they expire (COUNTER_RETENTION).
 	CounterRetention time.Duration
+	// DeviceTokenTTL is the life of a trusted-device token (DEVICE_TOKEN_TTL,
+	// abuse.DefaultDeviceTokenTTL when zero): prune keeps a revocation of devices until every
+	// token it revoked has expired, DeviceTokenTTL and DeviceRevocationMargin after it.
+	DeviceTokenTTL time.Duration
 	// PruneInterval is the period of the prune job (PRUNE_INTERVAL).
 	PruneInterval time.Duration
 	// MaxRPS is the most sends per second through Deps.Sender, all worker processes together
@@ -136,6 +146,7 @@ func (c *Config) withDefaults() *Config {
 	out.CounterRetention = cmp.Or(out.CounterRetention, DefaultCounterRetention)
 	out.PruneInterval = cmp.Or(out.PruneInterval, DefaultPruneInterval)
 	out.CircuitCooldown = cmp.Or(out.CircuitCooldown, DefaultCircuitCooldown)
+	out.DeviceTokenTTL = cmp.Or(out.DeviceTokenTTL, abuse.DefaultDeviceTokenTTL)
 	out.AppURL = strings.TrimRight(out.AppURL, "/")
 	if out.NowFunc == nil {
 		out.NowFunc = time.Now

@@ -572,8 +572,8 @@ func TestRedisConsumer(t *testing.T) {
 	require.Equal(t, int64(1), rdb.Exists(t.Context(), "rate:"+redisKey(huge.KeyHash, huge.WindowStart)).Val())
 	require.NoError(t, consumer.RateLimitCounterDelete(t.Context(), &db.RateLimitCounterDeleteParams{KeyHash: huge.KeyHash, WindowStart: start}))
 
-	_, err = consumer.RateLimitCounterGetMany(t.Context(), []db.RateLimitCounterGetParams{{KeyHash: ip.KeyHash, WindowStart: start}})
-	require.ErrorIs(t, err, errRedisGetUnsupported)
+	_, err = consumer.RateLimitCounterGetMany(t.Context(), &db.RateLimitCounterWindowsParams{Windows: []db.RateLimitCounterGetParams{{KeyHash: ip.KeyHash, WindowStart: start}}})
+	require.ErrorIs(t, err, errRedisUnsupported)
 }
 
 // redisReachable says whether TestRun can expect the redis row.

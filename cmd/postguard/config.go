@@ -33,6 +33,10 @@ const minSecretLen = 32
 // must be too long to guess.
 const minAdminTokenLen = 32
 
+// maxDeviceTokenTTL bounds DEVICE_TOKEN_TTL: ten years, far past any sensible life of a device
+// cookie, so that a typo (a unit forgotten, 1e9h) is refused at start.
+const maxDeviceTokenTTL = 10 * 365 * 24 * time.Hour
+
 // maxResendMaxRPS bounds RESEND_MAX_RPS and SMTP_MAX_RPS: far above any provider's rate, so that a
 // typo (1e9) or +Inf is refused at start rather than taken as no pace at all.
 const maxResendMaxRPS = 10_000
@@ -64,6 +68,7 @@ func loadConfig(environ []string) (*config, error) {
 		JobRescueAfter:    p.duration("JOB_RESCUE_AFTER", jobs.DefaultRescueAfter, time.Second),
 		FetchCooldown:     p.duration("JOB_FETCH_COOLDOWN", 100*time.Millisecond, time.Millisecond),
 		FetchPollInterval: p.duration("JOB_FETCH_POLL_INTERVAL", time.Second, time.Millisecond),
+		DeviceTokenTTL:    p.duration("DEVICE_TOKEN_TTL", abuse.DefaultDeviceTokenTTL, time.Minute),
 	}
 
 	p.databaseURL(cfg)
@@ -92,6 +97,10 @@ func loadConfig(environ []string) (*config, error) {
 	}
 	if !(cfg.SMTPMaxRPS >= 0 && cfg.SMTPMaxRPS <= maxResendMaxRPS) {
 		p.fail("SMTP_MAX_RPS", "must be 0 (unpaced) or a number of sends per second up to %d", maxResendMaxRPS)
+	}
+	if cfg.DeviceTokenTTL > maxDeviceTokenTTL || cfg.DeviceTokenTTL%time.Second != 0 {
+		p.fail("DEVICE_TOKEN_TTL", "%q is not a whole number of seconds up to %s (the device cookie's Max-Age); the default is %s (90 days)",
+			p.getenv("DEVICE_TOKEN_TTL"), maxDeviceTokenTTL, abuse.DefaultDeviceTokenTTL)
 	}
 	if (cfg.RiverUIUsername == "") != (cfg.RiverUIPassword == "") {
 		p.fail("RIVERUI_PASSWORD", "RIVERUI_USERNAME and RIVERUI_PASSWORD must be set together (River UI is not mounted when both are unset)")

@@ -41,6 +41,7 @@ func TestLoadConfig(t *testing.T) {
 		require.InDelta(t, 2.0, cfg.SMTPMaxRPS, 0)
 		require.Equal(t, 336*time.Hour, cfg.JobRetention)
 		require.Equal(t, 24*time.Hour, cfg.CounterRetention)
+		require.Equal(t, 2160*time.Hour, cfg.DeviceTokenTTL)
 		require.Equal(t, time.Hour, cfg.PruneInterval)
 		require.Equal(t, 10*time.Second, cfg.ShutdownTimeout)
 		require.InDelta(t, 2.0, cfg.ResendMaxRPS, 0)
@@ -213,6 +214,14 @@ func TestLoadConfig(t *testing.T) {
 		require.Equal(t, int64(9), register.Limit)
 	})
 
+	t.Run("DeviceTokenTTL", func(t *testing.T) {
+		t.Parallel()
+
+		cfg, err := loadConfig(envFunc(map[string]string{"DEVICE_TOKEN_TTL": "720h"}))
+		require.NoError(t, err)
+		require.Equal(t, 30*24*time.Hour, cfg.DeviceTokenTTL)
+	})
+
 	t.Run("LimitsToken", func(t *testing.T) {
 		t.Parallel()
 
@@ -246,6 +255,10 @@ func TestLoadConfig(t *testing.T) {
 		{"SecretRequiredOnPostgres", map[string]string{"DATABASE_URL": "postgres://db/x"}, "APP_SECRET"},
 		{"SecretTooShort", map[string]string{"APP_SECRET": "short"}, "APP_SECRET"},
 		{"Duration", map[string]string{"JOB_TIMEOUT": "soon"}, "JOB_TIMEOUT"},
+		{"DeviceTokenTTLGarbage", map[string]string{"DEVICE_TOKEN_TTL": "90d"}, `invalid DEVICE_TOKEN_TTL: "90d" is not a duration of at least 1m0s`},
+		{"DeviceTokenTTLShort", map[string]string{"DEVICE_TOKEN_TTL": "30s"}, "invalid DEVICE_TOKEN_TTL"},
+		{"DeviceTokenTTLLong", map[string]string{"DEVICE_TOKEN_TTL": "1000000h"}, `invalid DEVICE_TOKEN_TTL: "1000000h" is not a whole number of seconds up to 87600h0m0s`},
+		{"DeviceTokenTTLFraction", map[string]string{"DEVICE_TOKEN_TTL": "90m0.5s"}, "invalid DEVICE_TOKEN_TTL"},
 		{"RescueNotAfterTimeout", map[string]string{"JOB_TIMEOUT": "5m", "JOB_RESCUE_AFTER": "1m"}, "JOB_RESCUE_AFTER"},
 		{"FetchPollBelowCooldown", map[string]string{"JOB_FETCH_POLL_INTERVAL": "10ms"}, "JOB_FETCH_POLL_INTERVAL"},
 		{"Workers", map[string]string{"EMAIL_WORKERS": "0"}, "EMAIL_WORKERS"},

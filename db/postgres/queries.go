@@ -1,7 +1,6 @@
 package postgres
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -283,6 +282,35 @@ func (q *queries) RateLimitCounterDeleteExpired(ctx context.Context, before time
 	return n, wrap("deleting expired rate limit counters", err)
 }
 
+// RateLimitDeviceRevocationUpsert implements db.Queries. Running it twice records a later time
+// than once, which revokes at most a token issued in between: it may run again after a lost
+// answer.
+func (q *queries) RateLimitDeviceRevocationUpsert(ctx context.Context, keyHash []byte) error {
+	_, err := run(ctx, q, true, func() (struct{}, error) {
+		return struct{}{}, sqlc.RateLimitDeviceRevocationUpsert(ctx, q.dbtx, keyHash)
+	})
+	return wrap("revoking devices", err)
+}
+
+// RateLimitDeviceRevocationGet implements db.Queries: no row is the Unix epoch.
+func (q *queries) RateLimitDeviceRevocationGet(ctx context.Context, keyHash []byte) (time.Time, error) {
+	revokedAt, err := run(ctx, q, true, func() (time.Time, error) {
+		return sqlc.RateLimitDeviceRevocationGet(ctx, q.dbtx, keyHash)
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return time.Unix(0, 0).UTC(), nil
+	}
+	return revokedAt, wrap("reading device revocation", err)
+}
+
+// RateLimitDeviceRevocationDeleteBefore implements db.Queries.
+func (q *queries) RateLimitDeviceRevocationDeleteBefore(ctx context.Context, before time.Time, limit int) (int64, error) {
+	n, err := run(ctx, q, false, func() (int64, error) {
+		return sqlc.RateLimitDeviceRevocationDeleteBefore(ctx, q.dbtx, dbsqlc.RateLimitDeviceRevocationDeleteBeforeParams{Before: before, Max: int64(limit)})
+	})
+	return n, wrap("deleting old device revocations", err)
+}
+
 // WebhookEventDeleteBefore implements db.Queries.
 func (q *queries) WebhookEventDeleteBefore(ctx context.Context, before time.Time, limit int) (int64, error) {
 	n, err := run(ctx, q, false, func() (int64, error) {
@@ -413,7 +441,7 @@ func (c *counters) RateLimitCounterConsumeChain(ctx context.Context, params *db.
 	if err != nil {
 		return nil, wrap("consuming rate limit counters", err)
 	}
-	result := &db.RateLimitCounterChainResult{}
+	result := &db.RateLimitCounterChainResult{DeviceTrusted: row.DeviceTrusted}
 	for _, count := range []int64{row.Count1, row.Count2, row.Count3}[:len(params.Windows)] {
 		if count == 0 {
 			break
@@ -449,6 +477,42 @@ func chainArgs(params *db.RateLimitCounterChainParams) dbsqlc.RateLimitCounterCo
 	if params.UserEmail != "" {
 		arg.UserEmail = &params.UserEmail
 	}
+	device := deviceArgsOf(params.Device)
+	arg.DeviceKeyHash, arg.DeviceRevocationHash, arg.DeviceSince, arg.DeviceWindow = device.keyHash, device.revocationHash, device.since, int32(device.window) //nolint:gosec // 0 to db.RateLimitChainMax
+	return arg
+}
+
+// deviceArgs are a device's parameters as the statements take them: no device is a NULL bucket
+// (never trusted) and window 0; window is 1-based, as SQL's ordinality.
+type deviceArgs struct {
+	keyHash, revocationHash []byte
+	since                   time.Time
+	window                  int64
+}
+
+func deviceArgsOf(device *db.RateLimitDeviceParams) deviceArgs {
+	if device == nil {
+		return deviceArgs{since: time.Unix(0, 0)}
+	}
+	return deviceArgs{keyHash: device.KeyHash, revocationHash: device.RevocationHash, since: device.Since, window: int64(device.Window) + 1}
+}
+
+// windowsArgs are params' windows and device as the statements over several windows
+// (RateLimitCounterGetMany, RateLimitCounterRefund, RateLimitCounterDeleteMany) take them: the
+// three have the same parameters, so each converts this struct to its own.
+func windowsArgs(params *db.RateLimitCounterWindowsParams) dbsqlc.RateLimitCounterGetManyParams {
+	device := deviceArgsOf(params.Device)
+	arg := dbsqlc.RateLimitCounterGetManyParams{
+		DeviceKeyHash:        device.keyHash,
+		DeviceRevocationHash: device.revocationHash,
+		DeviceSince:          device.since,
+		DeviceWindow:         device.window,
+		KeyHashes:            make([][]byte, len(params.Windows)),
+		WindowStarts:         make([]time.Time, len(params.Windows)),
+	}
+	for i, w := range params.Windows {
+		arg.KeyHashes[i], arg.WindowStarts[i] = w.KeyHash, w.WindowStart
+	}
 	return arg
 }
 
@@ -463,30 +527,47 @@ func (c *counters) RateLimitCounterGet(ctx context.Context, params *db.RateLimit
 	return count, wrap("reading rate limit counter", err)
 }
 
-// RateLimitCounterGetMany implements db.Counters in one statement.
-func (c *counters) RateLimitCounterGetMany(ctx context.Context, windows []db.RateLimitCounterGetParams) ([]int64, error) {
-	arg := dbsqlc.RateLimitCounterGetManyParams{
-		KeyHashes:    make([][]byte, len(windows)),
-		WindowStarts: make([]time.Time, len(windows)),
-	}
-	for i, w := range windows {
-		arg.KeyHashes[i], arg.WindowStarts[i] = w.KeyHash, w.WindowStart
-	}
+// RateLimitCounterGetMany implements db.Counters in one statement, the device checked in it.
+func (c *counters) RateLimitCounterGetMany(ctx context.Context, params *db.RateLimitCounterWindowsParams) (*db.RateLimitCounterGetManyResult, error) {
+	arg := windowsArgs(params)
 	rows, err := retryOnce(ctx, true, func() ([]*dbsqlc.RateLimitCounterGetManyRow, error) {
 		return sqlc.RateLimitCounterGetMany(ctx, c.pool, arg)
 	})
 	if err != nil {
 		return nil, wrap("reading rate limit counters", err)
 	}
-	counts := make([]int64, len(windows))
+	result := &db.RateLimitCounterGetManyResult{Counts: make([]int64, len(params.Windows))}
 	for _, row := range rows {
-		for i, w := range windows {
-			if bytes.Equal(row.KeyHash, w.KeyHash) && row.WindowStart.Equal(w.WindowStart) {
-				counts[i] = row.Count
-			}
-		}
+		result.Counts[row.Ord-1] = row.Count
+		result.DeviceTrusted = row.DeviceTrusted
 	}
-	return counts, nil
+	return result, nil
+}
+
+// RateLimitCounterRefund implements db.Counters in one statement, the device checked in it. Not
+// idempotent: a retry after a lost answer would give back twice.
+func (c *counters) RateLimitCounterRefund(ctx context.Context, params *db.RateLimitCounterWindowsParams) (bool, error) {
+	arg := dbsqlc.RateLimitCounterRefundParams(windowsArgs(params))
+	row, err := retryOnce(ctx, false, func() (*dbsqlc.RateLimitCounterRefundRow, error) {
+		return sqlc.RateLimitCounterRefund(ctx, c.pool, arg)
+	})
+	if err != nil {
+		return false, wrap("refunding rate limit counters", err)
+	}
+	return row.DeviceTrusted, nil
+}
+
+// RateLimitCounterDeleteMany implements db.Counters in one statement, the device checked in it.
+// Deleting twice leaves what deleting once does, so it may run again after a lost answer.
+func (c *counters) RateLimitCounterDeleteMany(ctx context.Context, params *db.RateLimitCounterWindowsParams) (bool, error) {
+	arg := dbsqlc.RateLimitCounterDeleteManyParams(windowsArgs(params))
+	row, err := retryOnce(ctx, true, func() (*dbsqlc.RateLimitCounterDeleteManyRow, error) {
+		return sqlc.RateLimitCounterDeleteMany(ctx, c.pool, arg)
+	})
+	if err != nil {
+		return false, wrap("deleting rate limit counters", err)
+	}
+	return row.DeviceTrusted, nil
 }
 
 // RateLimitCounterDelete implements db.Counters. Deleting twice leaves what deleting once does,

@@ -410,9 +410,17 @@ func (q *queries) RateLimitCounterConsumeChain(ctx context.Context, params *db.R
 		return nil, failed("consuming rate limit counters", err)
 	}
 	defer release()
-	result := &db.RateLimitCounterChainResult{}
+	trusted, err := onConn.deviceTrusted(ctx, params.Device)
+	if err != nil {
+		return nil, err
+	}
+	result := &db.RateLimitCounterChainResult{DeviceTrusted: trusted}
 	for i := range params.Windows {
-		count, ok, err := onConn.RateLimitCounterConsume(ctx, &params.Windows[i])
+		window := params.Windows[i]
+		if trusted && i == params.Device.Window {
+			window.KeyHash = params.Device.KeyHash
+		}
+		count, ok, err := onConn.RateLimitCounterConsume(ctx, &window)
 		if err != nil {
 			return nil, err
 		}
@@ -443,23 +451,91 @@ func (q *queries) RateLimitCounterGet(ctx context.Context, params *db.RateLimitC
 	return count, failed("reading rate limit counter", err)
 }
 
-// RateLimitCounterGetMany implements db.Counters: one statement per window, on one connection
-// taken once, like RateLimitCounterConsumeChain.
-func (q *queries) RateLimitCounterGetMany(ctx context.Context, windows []db.RateLimitCounterGetParams) ([]int64, error) {
+// RateLimitCounterGetMany implements db.Counters: the device's check, then one statement per
+// window, on one connection taken once, like RateLimitCounterConsumeChain.
+func (q *queries) RateLimitCounterGetMany(ctx context.Context, params *db.RateLimitCounterWindowsParams) (*db.RateLimitCounterGetManyResult, error) {
+	counts := make([]int64, len(params.Windows))
+	trusted, err := q.eachWindow(ctx, "reading rate limit counters", params, func(onConn *queries, i int, w *db.RateLimitCounterGetParams) error {
+		count, err := onConn.RateLimitCounterGet(ctx, w)
+		counts[i] = count
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &db.RateLimitCounterGetManyResult{Counts: counts, DeviceTrusted: trusted}, nil
+}
+
+// RateLimitCounterRefund implements db.Counters: the device's check, then one statement per
+// window, on one connection taken once.
+func (q *queries) RateLimitCounterRefund(ctx context.Context, params *db.RateLimitCounterWindowsParams) (bool, error) {
+	return q.eachWindow(ctx, "refunding rate limit counters", params, func(onConn *queries, _ int, w *db.RateLimitCounterGetParams) error {
+		_, err := sqlc.RateLimitCounterRefund(ctx, onConn.dbtx, dbsqlc.RateLimitCounterRefundParams{KeyHash: w.KeyHash, WindowStart: us(w.WindowStart)})
+		return failed("refunding rate limit counter", err)
+	})
+}
+
+// RateLimitCounterDeleteMany implements db.Counters: the device's check, then one statement per
+// window, on one connection taken once.
+func (q *queries) RateLimitCounterDeleteMany(ctx context.Context, params *db.RateLimitCounterWindowsParams) (bool, error) {
+	return q.eachWindow(ctx, "deleting rate limit counters", params, func(onConn *queries, _ int, w *db.RateLimitCounterGetParams) error {
+		return onConn.RateLimitCounterDelete(ctx, &db.RateLimitCounterDeleteParams{KeyHash: w.KeyHash, WindowStart: w.WindowStart})
+	})
+}
+
+// eachWindow takes one connection, checks params' device on it, and calls fn for each window in
+// order (the device's own bucket in place of its window's key while it stands), outside any
+// transaction: SQLite runs in the process, so the call is one round trip. It returns whether the
+// device stood.
+func (q *queries) eachWindow(ctx context.Context, doing string, params *db.RateLimitCounterWindowsParams, fn func(onConn *queries, i int, w *db.RateLimitCounterGetParams) error) (bool, error) {
 	onConn, release, err := q.oneConn(ctx)
 	if err != nil {
-		return nil, failed("reading rate limit counters", err)
+		return false, failed(doing, err)
 	}
 	defer release()
-	counts := make([]int64, len(windows))
-	for i := range windows {
-		count, err := onConn.RateLimitCounterGet(ctx, &windows[i])
-		if err != nil {
-			return nil, err
-		}
-		counts[i] = count
+	trusted, err := onConn.deviceTrusted(ctx, params.Device)
+	if err != nil {
+		return false, err
 	}
-	return counts, nil
+	for i := range params.Windows {
+		window := params.Windows[i]
+		if trusted && i == params.Device.Window {
+			window.KeyHash = params.Device.KeyHash
+		}
+		if err := fn(onConn, i, &window); err != nil {
+			return false, err
+		}
+	}
+	return trusted, nil
+}
+
+// deviceTrusted says whether device stands: no revocation of its account's devices is recorded
+// after the one it was issued under. No device is not trusted, and costs no statement.
+func (q *queries) deviceTrusted(ctx context.Context, device *db.RateLimitDeviceParams) (bool, error) {
+	if device == nil {
+		return false, nil
+	}
+	trusted, err := sqlc.RateLimitDeviceRevocationTrusted(ctx, q.dbtx, dbsqlc.RateLimitDeviceRevocationTrustedParams{KeyHash: device.RevocationHash, Since: us(device.Since)})
+	return trusted, failed("checking device revocation", err)
+}
+
+// RateLimitDeviceRevocationUpsert implements db.Queries.
+func (q *queries) RateLimitDeviceRevocationUpsert(ctx context.Context, keyHash []byte) error {
+	return failed("revoking devices", sqlc.RateLimitDeviceRevocationUpsert(ctx, q.dbtx, keyHash))
+}
+
+// RateLimitDeviceRevocationGet implements db.Queries: no row is the Unix epoch.
+func (q *queries) RateLimitDeviceRevocationGet(ctx context.Context, keyHash []byte) (time.Time, error) {
+	revokedAt, err := sqlc.RateLimitDeviceRevocationGet(ctx, q.dbtx, keyHash)
+	if errors.Is(err, sql.ErrNoRows) {
+		return at(0), nil
+	}
+	return at(revokedAt), failed("reading device revocation", err)
+}
+
+// RateLimitDeviceRevocationDeleteBefore implements db.Queries.
+func (q *queries) RateLimitDeviceRevocationDeleteBefore(ctx context.Context, before time.Time, limit int) (int64, error) {
+	return counted(sqlc.RateLimitDeviceRevocationDeleteBefore(ctx, q.dbtx, dbsqlc.RateLimitDeviceRevocationDeleteBeforeParams{Before: us(before), Max: int64(limit)}))("deleting old device revocations")
 }
 
 // oneConn is q on one connection of its *sql.DB, taken once for several statements, and its

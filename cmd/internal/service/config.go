@@ -87,6 +87,9 @@ type Config struct {
 	// LimitsToken is LIMITS_API_TOKEN, the bearer token of /v1/limits; "" serves no limits API.
 	LimitsToken string
 
+	// DeviceTokenTTL is DEVICE_TOKEN_TTL: the life of a trusted-device token.
+	DeviceTokenTTL time.Duration
+
 	JobRetention      time.Duration
 	CounterRetention  time.Duration
 	PruneInterval     time.Duration

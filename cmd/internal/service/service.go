@@ -141,6 +141,7 @@ func New(ctx context.Context, config *Config, logger *slog.Logger, role Role, op
 				RescueAfter:       config.JobRescueAfter,
 				JobRetention:      config.JobRetention,
 				CounterRetention:  config.CounterRetention,
+				DeviceTokenTTL:    config.DeviceTokenTTL,
 				PruneInterval:     config.PruneInterval,
 				MaxRPS:            config.ResendMaxRPS,
 				FetchCooldown:     config.FetchCooldown,
@@ -266,7 +267,7 @@ func (s *Service) handler(secret []byte, opts *Opts) (http.Handler, error) {
 
 	apiConfig := &api.Config{
 		Store:           s.Store,
-		Limiter:         abuse.NewLimiter(s.Store, secret, config.Rules, &abuse.LimiterConfig{Registerer: s.Registry}),
+		Limiter:         abuse.NewLimiter(s.Store, secret, config.Rules, &abuse.LimiterConfig{DeviceTokenTTL: config.DeviceTokenTTL, Registerer: s.Registry}),
 		IPResolver:      abuse.NewIPResolver(config.TrustedProxies).WithHeader(config.ClientIPHeader),
 		Secret:          secret,
 		AppURL:          config.AppURL,

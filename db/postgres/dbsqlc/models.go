@@ -65,6 +65,11 @@ type RateLimitCounter struct {
 	LimitCount  int64
 }
 
+type RateLimitDeviceRevocation struct {
+	KeyHash   []byte
+	RevokedAt time.Time
+}
+
 type ReadinessHeartbeat struct {
 	ID     int16
 	BeatAt time.Time

@@ -53,9 +53,30 @@ func (q *Queries) RateLimitCounterConsume(ctx context.Context, db DBTX, arg Rate
 }
 
 const rateLimitCounterConsumeChain = `-- name: RateLimitCounterConsumeChain :one
-WITH first AS (
+WITH device AS (
+    SELECT (
+        $4::bytea IS NOT NULL
+        AND NOT EXISTS (
+            SELECT 1
+            FROM rate_limit_device_revocations
+            WHERE rate_limit_device_revocations.key_hash = $5::bytea
+                AND rate_limit_device_revocations.revoked_at > $6::timestamptz
+        )
+    ) AS trusted
+),
+keys AS (
+    SELECT
+        CASE WHEN device.trusted AND $7::integer = 1 THEN $4::bytea ELSE $8::bytea END AS key_1,
+        CASE WHEN device.trusted AND $7::integer = 2 THEN $4::bytea ELSE $2::bytea END AS key_2,
+        CASE WHEN device.trusted AND $7::integer = 3 THEN $4::bytea ELSE $3::bytea END AS key_3,
+        device.trusted
+    FROM device
+),
+first AS (
     INSERT INTO rate_limit_counters (key_hash, window_start, window_end, count, limit_count)
-    VALUES ($4::bytea, $5::timestamptz, $6::timestamptz, 1, $7::bigint)
+    SELECT keys.key_1, $9::timestamptz, $10::timestamptz, 1, $11::bigint
+    FROM keys
+    WHERE keys.key_1 IS NOT NULL
     ON CONFLICT (key_hash, window_start) DO UPDATE
     SET count = rate_limit_counters.count + 1
     WHERE rate_limit_counters.count < excluded.limit_count
@@ -63,9 +84,9 @@ WITH first AS (
 ),
 second AS (
     INSERT INTO rate_limit_counters (key_hash, window_start, window_end, count, limit_count)
-    SELECT $2::bytea, $8::timestamptz, $9::timestamptz, 1, $10::bigint
-    FROM first
-    WHERE $2::bytea IS NOT NULL
+    SELECT keys.key_2, $12::timestamptz, $13::timestamptz, 1, $14::bigint
+    FROM first, keys
+    WHERE keys.key_2 IS NOT NULL
     ON CONFLICT (key_hash, window_start) DO UPDATE
     SET count = rate_limit_counters.count + 1
     WHERE rate_limit_counters.count < excluded.limit_count
@@ -73,9 +94,9 @@ second AS (
 ),
 third AS (
     INSERT INTO rate_limit_counters (key_hash, window_start, window_end, count, limit_count)
-    SELECT $3::bytea, $11::timestamptz, $12::timestamptz, 1, $13::bigint
-    FROM second
-    WHERE $3::bytea IS NOT NULL
+    SELECT keys.key_3, $15::timestamptz, $16::timestamptz, 1, $17::bigint
+    FROM second, keys
+    WHERE keys.key_3 IS NOT NULL
     ON CONFLICT (key_hash, window_start) DO UPDATE
     SET count = rate_limit_counters.count + 1
     WHERE rate_limit_counters.count < excluded.limit_count
@@ -85,12 +106,14 @@ counts AS (
     SELECT
         coalesce((SELECT count FROM first), 0)::bigint AS count_1,
         coalesce((SELECT count FROM second), 0)::bigint AS count_2,
-        coalesce((SELECT count FROM third), 0)::bigint AS count_3
+        coalesce((SELECT count FROM third), 0)::bigint AS count_3,
+        (SELECT trusted FROM keys)::boolean AS device_trusted
 )
 SELECT
     counts.count_1,
     counts.count_2,
     counts.count_3,
+    counts.device_trusted,
     users.id AS user_id,
     users.email AS user_email,
     users.name AS user_name,
@@ -109,25 +132,30 @@ LEFT JOIN users
 `
 
 type RateLimitCounterConsumeChainParams struct {
-	UserEmail    *string
-	KeyHash2     []byte
-	KeyHash3     []byte
-	KeyHash1     []byte
-	WindowStart1 time.Time
-	WindowEnd1   time.Time
-	LimitCount1  int64
-	WindowStart2 time.Time
-	WindowEnd2   time.Time
-	LimitCount2  int64
-	WindowStart3 time.Time
-	WindowEnd3   time.Time
-	LimitCount3  int64
+	UserEmail            *string
+	KeyHash2             []byte
+	KeyHash3             []byte
+	DeviceKeyHash        []byte
+	DeviceRevocationHash []byte
+	DeviceSince          time.Time
+	DeviceWindow         int32
+	KeyHash1             []byte
+	WindowStart1         time.Time
+	WindowEnd1           time.Time
+	LimitCount1          int64
+	WindowStart2         time.Time
+	WindowEnd2           time.Time
+	LimitCount2          int64
+	WindowStart3         time.Time
+	WindowEnd3           time.Time
+	LimitCount3          int64
 }
 
 type RateLimitCounterConsumeChainRow struct {
 	Count1              int64
 	Count2              int64
 	Count3              int64
+	DeviceTrusted       bool
 	UserID              *int64
 	UserEmail           *string
 	UserName            *string
@@ -144,15 +172,25 @@ type RateLimitCounterConsumeChainRow struct {
 // only when the one before it admitted (a data-modifying CTE runs once, and "second" reads
 // "first"'s RETURNING, so it inserts nothing when "first" refused). A window whose key is NULL is
 // not part of the chain, nor is any after it. A count of 0 says that window refused or was not
-// spent (an admitted window counts at least 1). When @user_email is not NULL and every window of the chain admitted, the user with that
-// email is read in the same statement (its columns NULL when there is none). The windows' keys
-// are of different scopes, so no two CTEs touch one row, and every statement locks its rows in
-// the same order of scopes: concurrent chains cannot deadlock.
+// spent (an admitted window counts at least 1). When @user_email is not NULL and every window of
+// the chain admitted, the user with that email is read in the same statement (its columns NULL
+// when there is none). The windows' keys are of different scopes, so no two CTEs touch one row,
+// and every statement locks its rows in the same order of scopes: concurrent chains cannot
+// deadlock.
+//
+// A trusted device (@device_key_hash not NULL) is checked in the same statement: while no
+// revocation of its account's devices (@device_revocation_hash) is later than @device_since, the
+// window at position @device_window (1-based) is the device's own, @device_key_hash, instead of
+// the account's; device_trusted says which was spent.
 func (q *Queries) RateLimitCounterConsumeChain(ctx context.Context, db DBTX, arg RateLimitCounterConsumeChainParams) (*RateLimitCounterConsumeChainRow, error) {
 	row := db.QueryRow(ctx, rateLimitCounterConsumeChain,
 		arg.UserEmail,
 		arg.KeyHash2,
 		arg.KeyHash3,
+		arg.DeviceKeyHash,
+		arg.DeviceRevocationHash,
+		arg.DeviceSince,
+		arg.DeviceWindow,
 		arg.KeyHash1,
 		arg.WindowStart1,
 		arg.WindowEnd1,
@@ -169,6 +207,7 @@ func (q *Queries) RateLimitCounterConsumeChain(ctx context.Context, db DBTX, arg
 		&i.Count1,
 		&i.Count2,
 		&i.Count3,
+		&i.DeviceTrusted,
 		&i.UserID,
 		&i.UserEmail,
 		&i.UserName,
@@ -225,6 +264,81 @@ func (q *Queries) RateLimitCounterDeleteExpired(ctx context.Context, db DBTX, ar
 	return result.RowsAffected(), nil
 }
 
+const rateLimitCounterDeleteMany = `-- name: RateLimitCounterDeleteMany :one
+WITH device AS (
+    SELECT (
+        $1::bytea IS NOT NULL
+        AND NOT EXISTS (
+            SELECT 1
+            FROM rate_limit_device_revocations
+            WHERE rate_limit_device_revocations.key_hash = $2::bytea
+                AND rate_limit_device_revocations.revoked_at > $3::timestamptz
+        )
+    ) AS trusted
+),
+windows AS (
+    SELECT
+        CASE WHEN device.trusted AND w.ord = $4::bigint THEN $1::bytea ELSE w.key_hash END AS key_hash,
+        ($5::timestamptz[])[w.ord] AS window_start,
+        w.ord
+    FROM unnest($6::bytea[]) WITH ORDINALITY AS w (key_hash, ord)
+    CROSS JOIN device
+),
+locked AS (
+    SELECT rate_limit_counters.key_hash, rate_limit_counters.window_start
+    FROM rate_limit_counters
+    JOIN windows
+        ON rate_limit_counters.key_hash = windows.key_hash
+        AND rate_limit_counters.window_start = windows.window_start
+    ORDER BY windows.ord
+    FOR UPDATE OF rate_limit_counters
+),
+deleted AS (
+    DELETE FROM rate_limit_counters
+    USING locked
+    WHERE rate_limit_counters.key_hash = locked.key_hash
+        AND rate_limit_counters.window_start = locked.window_start
+    RETURNING rate_limit_counters.key_hash
+)
+SELECT
+    (SELECT count(*) FROM deleted)::bigint AS deleted,
+    device.trusted::boolean AS device_trusted
+FROM device
+`
+
+type RateLimitCounterDeleteManyParams struct {
+	DeviceKeyHash        []byte
+	DeviceRevocationHash []byte
+	DeviceSince          time.Time
+	DeviceWindow         int64
+	WindowStarts         []time.Time
+	KeyHashes            [][]byte
+}
+
+type RateLimitCounterDeleteManyRow struct {
+	Deleted       int64
+	DeviceTrusted bool
+}
+
+// RateLimitCounterDeleteMany deletes the counters of several fixed windows (the i-th key with the
+// i-th window start; none is fine) in one statement: those keys start their windows afresh. The
+// rows are locked in the order given, as RateLimitCounterRefund locks them. A trusted device is
+// checked as in RateLimitCounterConsumeChain: while it stands, the window at @device_window is the
+// device's own.
+func (q *Queries) RateLimitCounterDeleteMany(ctx context.Context, db DBTX, arg RateLimitCounterDeleteManyParams) (*RateLimitCounterDeleteManyRow, error) {
+	row := db.QueryRow(ctx, rateLimitCounterDeleteMany,
+		arg.DeviceKeyHash,
+		arg.DeviceRevocationHash,
+		arg.DeviceSince,
+		arg.DeviceWindow,
+		arg.WindowStarts,
+		arg.KeyHashes,
+	)
+	var i RateLimitCounterDeleteManyRow
+	err := row.Scan(&i.Deleted, &i.DeviceTrusted)
+	return &i, err
+}
+
 const rateLimitCounterGet = `-- name: RateLimitCounterGet :one
 SELECT count
 FROM rate_limit_counters
@@ -247,28 +361,65 @@ func (q *Queries) RateLimitCounterGet(ctx context.Context, db DBTX, arg RateLimi
 }
 
 const rateLimitCounterGetMany = `-- name: RateLimitCounterGetMany :many
-SELECT rate_limit_counters.key_hash, rate_limit_counters.window_start, rate_limit_counters.count
-FROM rate_limit_counters
-WHERE (rate_limit_counters.key_hash, rate_limit_counters.window_start) IN (
-    SELECT unnest($1::bytea[]), unnest($2::timestamptz[])
+WITH device AS (
+    SELECT (
+        $1::bytea IS NOT NULL
+        AND NOT EXISTS (
+            SELECT 1
+            FROM rate_limit_device_revocations
+            WHERE rate_limit_device_revocations.key_hash = $2::bytea
+                AND rate_limit_device_revocations.revoked_at > $3::timestamptz
+        )
+    ) AS trusted
+),
+windows AS (
+    SELECT
+        CASE WHEN device.trusted AND w.ord = $4::bigint THEN $1::bytea ELSE w.key_hash END AS key_hash,
+        ($5::timestamptz[])[w.ord] AS window_start,
+        w.ord
+    FROM unnest($6::bytea[]) WITH ORDINALITY AS w (key_hash, ord)
+    CROSS JOIN device
 )
+SELECT
+    windows.ord::bigint AS ord,
+    coalesce(rate_limit_counters.count, 0)::bigint AS count,
+    device.trusted::boolean AS device_trusted
+FROM windows
+CROSS JOIN device
+LEFT JOIN rate_limit_counters
+    ON rate_limit_counters.key_hash = windows.key_hash
+    AND rate_limit_counters.window_start = windows.window_start
+ORDER BY windows.ord
 `
 
 type RateLimitCounterGetManyParams struct {
-	KeyHashes    [][]byte
-	WindowStarts []time.Time
+	DeviceKeyHash        []byte
+	DeviceRevocationHash []byte
+	DeviceSince          time.Time
+	DeviceWindow         int64
+	WindowStarts         []time.Time
+	KeyHashes            [][]byte
 }
 
 type RateLimitCounterGetManyRow struct {
-	KeyHash     []byte
-	WindowStart time.Time
-	Count       int64
+	Ord           int64
+	Count         int64
+	DeviceTrusted bool
 }
 
 // RateLimitCounterGetMany reads the counts of several fixed windows in one statement, spending
-// nothing: the i-th key with the i-th window start. A window with nothing counted has no row.
+// nothing: the i-th key with the i-th window start, one row per window in that order (ord, from
+// 1), 0 for a window with nothing counted. A trusted device is checked as in
+// RateLimitCounterConsumeChain: while it stands, the window at @device_window is the device's own.
 func (q *Queries) RateLimitCounterGetMany(ctx context.Context, db DBTX, arg RateLimitCounterGetManyParams) ([]*RateLimitCounterGetManyRow, error) {
-	rows, err := db.Query(ctx, rateLimitCounterGetMany, arg.KeyHashes, arg.WindowStarts)
+	rows, err := db.Query(ctx, rateLimitCounterGetMany,
+		arg.DeviceKeyHash,
+		arg.DeviceRevocationHash,
+		arg.DeviceSince,
+		arg.DeviceWindow,
+		arg.WindowStarts,
+		arg.KeyHashes,
+	)
 	if err != nil {
 		return nil, err
 	}
@@ -276,7 +427,7 @@ func (q *Queries) RateLimitCounterGetMany(ctx context.Context, db DBTX, arg Rate
 	var items []*RateLimitCounterGetManyRow
 	for rows.Next() {
 		var i RateLimitCounterGetManyRow
-		if err := rows.Scan(&i.KeyHash, &i.WindowStart, &i.Count); err != nil {
+		if err := rows.Scan(&i.Ord, &i.Count, &i.DeviceTrusted); err != nil {
 			return nil, err
 		}
 		items = append(items, &i)
@@ -285,4 +436,82 @@ func (q *Queries) RateLimitCounterGetMany(ctx context.Context, db DBTX, arg Rate
 		return nil, err
 	}
 	return items, nil
+}
+
+const rateLimitCounterRefund = `-- name: RateLimitCounterRefund :one
+WITH device AS (
+    SELECT (
+        $1::bytea IS NOT NULL
+        AND NOT EXISTS (
+            SELECT 1
+            FROM rate_limit_device_revocations
+            WHERE rate_limit_device_revocations.key_hash = $2::bytea
+                AND rate_limit_device_revocations.revoked_at > $3::timestamptz
+        )
+    ) AS trusted
+),
+windows AS (
+    SELECT
+        CASE WHEN device.trusted AND w.ord = $4::bigint THEN $1::bytea ELSE w.key_hash END AS key_hash,
+        ($5::timestamptz[])[w.ord] AS window_start,
+        w.ord
+    FROM unnest($6::bytea[]) WITH ORDINALITY AS w (key_hash, ord)
+    CROSS JOIN device
+),
+locked AS (
+    SELECT rate_limit_counters.key_hash, rate_limit_counters.window_start
+    FROM rate_limit_counters
+    JOIN windows
+        ON rate_limit_counters.key_hash = windows.key_hash
+        AND rate_limit_counters.window_start = windows.window_start
+    WHERE rate_limit_counters.count > 0
+    ORDER BY windows.ord
+    FOR UPDATE OF rate_limit_counters
+),
+refunded AS (
+    UPDATE rate_limit_counters
+    SET count = rate_limit_counters.count - 1
+    FROM locked
+    WHERE rate_limit_counters.key_hash = locked.key_hash
+        AND rate_limit_counters.window_start = locked.window_start
+        AND rate_limit_counters.count > 0
+    RETURNING rate_limit_counters.key_hash
+)
+SELECT
+    (SELECT count(*) FROM refunded)::bigint AS refunded,
+    device.trusted::boolean AS device_trusted
+FROM device
+`
+
+type RateLimitCounterRefundParams struct {
+	DeviceKeyHash        []byte
+	DeviceRevocationHash []byte
+	DeviceSince          time.Time
+	DeviceWindow         int64
+	WindowStarts         []time.Time
+	KeyHashes            [][]byte
+}
+
+type RateLimitCounterRefundRow struct {
+	Refunded      int64
+	DeviceTrusted bool
+}
+
+// RateLimitCounterRefund gives one request back to each of several fixed windows (the i-th key
+// with the i-th window start) in one statement, never below zero: a window at 0, or with no
+// counter, is left alone. The rows are locked in the order given (the chain's order of scopes),
+// so a refund and a chain cannot deadlock. A trusted device is checked as in
+// RateLimitCounterConsumeChain: while it stands, the window at @device_window is the device's own.
+func (q *Queries) RateLimitCounterRefund(ctx context.Context, db DBTX, arg RateLimitCounterRefundParams) (*RateLimitCounterRefundRow, error) {
+	row := db.QueryRow(ctx, rateLimitCounterRefund,
+		arg.DeviceKeyHash,
+		arg.DeviceRevocationHash,
+		arg.DeviceSince,
+		arg.DeviceWindow,
+		arg.WindowStarts,
+		arg.KeyHashes,
+	)
+	var i RateLimitCounterRefundRow
+	err := row.Scan(&i.Refunded, &i.DeviceTrusted)
+	return &i, err
 }

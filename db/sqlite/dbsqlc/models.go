@@ -63,6 +63,11 @@ type RateLimitCounter struct {
 	LimitCount  int64
 }
 
+type RateLimitDeviceRevocation struct {
+	KeyHash   []byte
+	RevokedAt int64
+}
+
 type ReadinessHeartbeat struct {
 	ID     int64
 	BeatAt int64
