@@ -59,12 +59,19 @@ func adminAuth(token string) handlerFunc {
 }
 
 // adminMessage is one mail of a user as the admin API shows it: its kind, status and the time
-// of each status, the provider's id. Never its token, idempotency key or body.
+// of each status, the provider that accepted it and its id there. Never its token, idempotency
+// key or body.
 type adminMessage struct {
-	JobID      int64   `json:"job_id"`
-	Kind       string  `json:"kind"`
-	Status     string  `json:"status"`
+	JobID  int64  `json:"job_id"`
+	Kind   string `json:"kind"`
+	Status string `json:"status"`
+	// Provider is the provider that accepted the mail (resend, smtp, log); ProviderID its id
+	// there (Resend's email id, the SMTP Message-ID).
+	Provider   *string `json:"provider"`
 	ProviderID *string `json:"provider_id"`
+	// ProviderInDoubt is the provider an attempt handed the mail to without hearing whether it
+	// took it: the job's later attempts send there only.
+	ProviderInDoubt *string `json:"provider_in_doubt"`
 	// StatusAt is the time of the provider event that set Status; null while the status is
 	// postguard's own.
 	StatusAt     *time.Time   `json:"status_at"`
@@ -139,21 +146,23 @@ func (s *server) adminUserMessages(c *gin.Context) error {
 	out := make([]adminMessage, len(messages))
 	for i, m := range messages {
 		out[i] = adminMessage{
-			JobID:        m.JobID,
-			Kind:         m.Kind,
-			Status:       m.Status,
-			ProviderID:   m.ProviderID,
-			StatusAt:     m.StatusAt,
-			QueuedAt:     m.CreatedAt,
-			AcceptedAt:   m.AcceptedAt,
-			SentAt:       m.SentAt,
-			DeliveredAt:  m.DeliveredAt,
-			DelayedAt:    m.DelayedAt,
-			BouncedAt:    m.BouncedAt,
-			ComplainedAt: m.ComplainedAt,
-			SuppressedAt: m.SuppressedAt,
-			FailedAt:     m.FailedAt,
-			UpdatedAt:    m.UpdatedAt,
+			JobID:           m.JobID,
+			Kind:            m.Kind,
+			Status:          m.Status,
+			Provider:        m.Provider,
+			ProviderID:      m.ProviderID,
+			ProviderInDoubt: m.ProviderInDoubt,
+			StatusAt:        m.StatusAt,
+			QueuedAt:        m.CreatedAt,
+			AcceptedAt:      m.AcceptedAt,
+			SentAt:          m.SentAt,
+			DeliveredAt:     m.DeliveredAt,
+			DelayedAt:       m.DelayedAt,
+			BouncedAt:       m.BouncedAt,
+			ComplainedAt:    m.ComplainedAt,
+			SuppressedAt:    m.SuppressedAt,
+			FailedAt:        m.FailedAt,
+			UpdatedAt:       m.UpdatedAt,
 		}
 		if m.BounceType != nil || m.BounceSubType != nil {
 			out[i].Bounce = &adminBounce{Type: m.BounceType, SubType: m.BounceSubType}

@@ -123,6 +123,8 @@ func TestAdmin_UserMessages(t *testing.T) {
 				TokenHash: tokens.Hash(rawToken), UserID: bundle.user.ID, Purpose: db.TokenPurposeReset, JobID: 77,
 				Sealed: []byte("sealed"), ExpiresAt: time.Now().Add(time.Hour), Now: time.Now(),
 			}))
+			smtp := "smtp" // an attempt handed it over and never heard back
+			require.NoError(t, store.EmailMessageSetProviderInDoubt(t.Context(), &db.EmailMessageSetProviderInDoubtParams{JobID: 77, Provider: &smtp, Now: time.Now()}))
 			_, err = store.EmailMessageMarkSuppressed(t.Context(), &db.EmailMessageMarkSuppressedParams{JobID: 78, Kind: "welcome_email", UserID: bundle.user.ID, IdempotencyKey: tokens.IdempotencyKey("welcome_email", bundle.user.ID), Now: time.Now().Add(2 * time.Second)})
 			require.NoError(t, err)
 
@@ -145,11 +147,15 @@ func TestAdmin_UserMessages(t *testing.T) {
 			require.Equal(t, int64(77), queued.JobID)
 			require.Equal(t, db.EmailStatusQueued, queued.Status)
 			require.Nil(t, queued.AcceptedAt)
+			require.Nil(t, queued.Provider)
+			require.Equal(t, "smtp", *queued.ProviderInDoubt)
 
 			require.Equal(t, bundle.jobID, bounced.JobID)
 			require.Equal(t, "verification_email", bounced.Kind)
 			require.Equal(t, db.EmailStatusBounced, bounced.Status)
 			require.Equal(t, bundle.delivery.ID, *bounced.ProviderID)
+			require.Equal(t, "resend", *bounced.Provider, "which provider took it")
+			require.Nil(t, bounced.ProviderInDoubt)
 			requireTime(t, bounceAt, bounced.StatusAt)
 			requireTime(t, bounceAt, bounced.BouncedAt)
 			require.NotNil(t, bounced.DeliveredAt)

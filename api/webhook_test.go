@@ -79,7 +79,7 @@ func acceptedMessage(t *testing.T, store db.Store, user *db.User, kind string) (
 		Subject:    "Verify your email",
 		ReceivedAt: now,
 	}
-	require.NoError(t, store.EmailMessageMarkAccepted(t.Context(), jobID, delivery.ID, now))
+	require.NoError(t, store.EmailMessageMarkAccepted(t.Context(), &db.EmailMessageMarkAcceptedParams{JobID: jobID, Provider: "resend", ProviderID: delivery.ID, Now: now}))
 	return jobID, delivery
 }
 

@@ -53,8 +53,15 @@ type Queries interface {
 	// EmailMessageRekey gives a job's unaccepted message a new idempotency key, with the locale
 	// and payload digest of what is sent under it; ErrNotFound when there is no such message.
 	EmailMessageRekey(ctx context.Context, params *EmailMessageRekeyParams) error
-	// EmailMessageMarkAccepted records that the provider accepted a job's message, with its id.
-	EmailMessageMarkAccepted(ctx context.Context, jobID int64, providerID string, now time.Time) error
+	// EmailMessageMarkAccepted records that a provider accepted a job's message: which provider,
+	// and the id it gave the mail. No provider is in doubt of the message any more.
+	EmailMessageMarkAccepted(ctx context.Context, params *EmailMessageMarkAcceptedParams) error
+	// EmailMessageSetProviderInDoubt records the provider a job's unaccepted message is handed to
+	// before the send, or clears it; ErrNotFound when the job has no unaccepted message.
+	EmailMessageSetProviderInDoubt(ctx context.Context, params *EmailMessageSetProviderInDoubtParams) error
+	// EmailMessageMarkBounced records that a provider refused a job's recipient for good while the
+	// mail was sent; ErrNotFound when the job has no unaccepted message.
+	EmailMessageMarkBounced(ctx context.Context, params *EmailMessageMarkBouncedParams) error
 	// EmailMessageDeleteBefore deletes up to max message rows created before before.
 	EmailMessageDeleteBefore(ctx context.Context, before time.Time, max int) (int64, error)
 	// EmailMessageGetByProviderID finds the message the provider gave an id (the newest, should a

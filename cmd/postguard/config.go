@@ -37,8 +37,8 @@ const minAdminTokenLen = 32
 // cookie, so that a typo (a unit forgotten, 1e9h) is refused at start.
 const maxDeviceTokenTTL = 10 * 365 * 24 * time.Hour
 
-// maxResendMaxRPS bounds RESEND_MAX_RPS: far above any provider's rate, so that a typo (1e9) or
-// +Inf is refused at start rather than taken as no pace at all.
+// maxResendMaxRPS bounds RESEND_MAX_RPS and SMTP_MAX_RPS: far above any provider's rate, so that a
+// typo (1e9) or +Inf is refused at start rather than taken as no pace at all.
 const maxResendMaxRPS = 10_000
 
 // config is everything postguard reads from its environment, read once at start by loadConfig.
@@ -53,8 +53,8 @@ func loadConfig(environ []string) (*config, error) {
 		DatabaseURL:       cmp.Or(getenv("DATABASE_URL"), "sqlite://postguard.db"),
 		HTTPAddr:          cmp.Or(getenv("HTTP_ADDR"), ":8080"),
 		ResendAPIKey:      getenv("RESEND_API_KEY"),
-		ResendFromEmail:   getenv("RESEND_FROM_EMAIL"),
 		ResendBaseURL:     cmp.Or(getenv("RESEND_BASE_URL"), "https://api.resend.com/"),
+		MailFrom:          cmp.Or(getenv("MAIL_FROM"), getenv("RESEND_FROM_EMAIL")),
 		RiverUIUsername:   getenv("RIVERUI_USERNAME"),
 		RiverUIPassword:   getenv("RIVERUI_PASSWORD"),
 		JobRetention:      p.duration("JOB_RETENTION", jobs.DefaultJobRetention, time.Minute),
@@ -62,6 +62,7 @@ func loadConfig(environ []string) (*config, error) {
 		PruneInterval:     p.duration("PRUNE_INTERVAL", jobs.DefaultPruneInterval, time.Second),
 		ShutdownTimeout:   p.duration("SHUTDOWN_TIMEOUT", 10*time.Second, 0),
 		ResendMaxRPS:      p.float("RESEND_MAX_RPS", 2),
+		SMTPMaxRPS:        p.float("SMTP_MAX_RPS", 2),
 		EmailWorkers:      p.int("EMAIL_WORKERS", jobs.DefaultEmailWorkers, 1, river.QueueNumWorkersMax),
 		JobTimeout:        p.duration("JOB_TIMEOUT", jobs.DefaultJobTimeout, time.Second),
 		JobRescueAfter:    p.duration("JOB_RESCUE_AFTER", jobs.DefaultRescueAfter, time.Second),
@@ -79,7 +80,8 @@ func loadConfig(environ []string) (*config, error) {
 	cfg.ClientIPHeader = p.clientIPHeader()
 	cfg.Rules = p.rules()
 	cfg.LimitsToken = p.limitsToken()
-	cfg.Mailer = p.mailer(cfg)
+	cfg.SMTPURL = p.smtpURL()
+	cfg.Mailers = p.mailers(cfg)
 	cfg.LogFormat, cfg.LogLevel = p.logging()
 	cfg.ResendWebhookSecret = p.webhookSecret()
 	cfg.AdminToken = p.adminToken()
@@ -92,6 +94,9 @@ func loadConfig(environ []string) (*config, error) {
 	}
 	if !(cfg.ResendMaxRPS >= 0 && cfg.ResendMaxRPS <= maxResendMaxRPS) { // NaN fails both
 		p.fail("RESEND_MAX_RPS", "must be 0 (unpaced) or a number of sends per second up to %d", maxResendMaxRPS)
+	}
+	if !(cfg.SMTPMaxRPS >= 0 && cfg.SMTPMaxRPS <= maxResendMaxRPS) {
+		p.fail("SMTP_MAX_RPS", "must be 0 (unpaced) or a number of sends per second up to %d", maxResendMaxRPS)
 	}
 	if cfg.DeviceTokenTTL > maxDeviceTokenTTL || cfg.DeviceTokenTTL%time.Second != 0 {
 		p.fail("DEVICE_TOKEN_TTL", "%q is not a whole number of seconds up to %s (the device cookie's Max-Age); the default is %s (90 days)",
@@ -432,34 +437,84 @@ func (p *envParser) limitsToken() string {
 	return token
 }
 
-func (p *envParser) mailer(cfg *config) string {
-	mailer := p.getenv("MAILER")
-	if mailer == "" {
-		switch {
-		case cfg.ResendAPIKey != "":
-			mailer = service.MailerResend
-		case cfg.Engine == service.EngineSQLite:
-			mailer = service.MailerLog
-		default:
-			mailer = service.MailerNone
+// mailers reads MAILER: resend and smtp, alone or both in failover order (resend,smtp or
+// smtp,resend), log alone, or none. Unset, it is the providers whose settings are present, Resend
+// first (RESEND_API_KEY, SMTP_URL), else log on the embedded default and none on PostgreSQL. It
+// checks what each named provider needs; none gives an empty list.
+func (p *envParser) mailers(cfg *config) []string {
+	var names []string
+	if raw := p.getenv("MAILER"); raw == "" {
+		if cfg.ResendAPIKey != "" {
+			names = append(names, service.MailerResend)
+		}
+		if cfg.SMTPURL != nil || p.getenv("SMTP_URL") != "" {
+			names = append(names, service.MailerSMTP)
+		}
+		if len(names) == 0 && cfg.Engine == service.EngineSQLite {
+			names = []string{service.MailerLog}
+		}
+	} else {
+		for part := range strings.SplitSeq(raw, ",") {
+			name := strings.TrimSpace(part)
+			switch {
+			case name != service.MailerResend && name != service.MailerSMTP && name != service.MailerLog && name != service.MailerNone:
+				p.fail("MAILER", "%q is not one of resend, smtp, log, none (resend and smtp may be listed together, in failover order: resend,smtp)", name)
+				return nil
+			case slices.Contains(names, name):
+				p.fail("MAILER", "names %s twice", name)
+				return nil
+			}
+			names = append(names, name)
+		}
+		if len(names) > 1 && (slices.Contains(names, service.MailerLog) || slices.Contains(names, service.MailerNone)) {
+			p.fail("MAILER", "%q: log and none stand alone; only resend and smtp fail over to each other", raw)
+			return nil
+		}
+		if names[0] == service.MailerNone {
+			return nil
 		}
 	}
-	switch mailer {
-	case service.MailerResend:
+
+	resend, smtp := slices.Contains(names, service.MailerResend), slices.Contains(names, service.MailerSMTP)
+	if resend {
 		if cfg.ResendAPIKey == "" {
-			p.fail("RESEND_API_KEY", "required when MAILER=resend")
-		}
-		if cfg.ResendFromEmail == "" {
-			p.fail("RESEND_FROM_EMAIL", "required when MAILER=resend (a sender on a domain verified with Resend)")
+			p.fail("RESEND_API_KEY", "required when MAILER names resend")
 		}
 		if u, err := url.Parse(cfg.ResendBaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			p.fail("RESEND_BASE_URL", "%q is not an absolute http(s) URL", cfg.ResendBaseURL)
 		}
-	case service.MailerLog, service.MailerNone:
-	default:
-		p.fail("MAILER", "%q is not one of resend, log, none", mailer)
 	}
-	return mailer
+	if smtp && cfg.SMTPURL == nil && p.getenv("SMTP_URL") == "" {
+		p.fail("SMTP_URL", "required when MAILER names smtp: smtps://user:password@host:465, smtp://user:password@host:587 (STARTTLS) or smtp+insecure://host:25")
+	}
+	fromVar := "MAIL_FROM" // the variable the sender came from, to name in an error
+	if p.getenv("MAIL_FROM") == "" && p.getenv("RESEND_FROM_EMAIL") != "" {
+		fromVar = "RESEND_FROM_EMAIL"
+	}
+	switch {
+	case (resend || smtp) && cfg.MailFrom == "":
+		p.fail(fromVar, "required when MAILER names resend or smtp: the sender of every mail, e.g. App <no-reply@example.com> on a domain the provider lets you send from (MAIL_FROM, or RESEND_FROM_EMAIL when MAIL_FROM is unset)")
+	case smtp:
+		if err := mail.CheckFrom(cfg.MailFrom); err != nil {
+			p.fail(fromVar, "%v", err)
+		}
+	}
+	return names
+}
+
+// smtpURL reads SMTP_URL, when set, whatever MAILER says: a bad one stops the process even while
+// unused. Its errors never quote the URL, which may hold a password.
+func (p *envParser) smtpURL() *mail.SMTPURL {
+	raw := p.getenv("SMTP_URL")
+	if raw == "" {
+		return nil
+	}
+	u, err := mail.ParseSMTPURL(raw)
+	if err != nil {
+		p.fail("SMTP_URL", "%v", err)
+		return nil
+	}
+	return u
 }
 
 func (p *envParser) logging() (string, slog.Level) {

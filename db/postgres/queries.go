@@ -66,11 +66,42 @@ func (q *queries) EmailMessageInsert(ctx context.Context, params *db.EmailMessag
 }
 
 // EmailMessageMarkAccepted implements db.Queries.
-func (q *queries) EmailMessageMarkAccepted(ctx context.Context, jobID int64, providerID string, now time.Time) error {
+func (q *queries) EmailMessageMarkAccepted(ctx context.Context, params *db.EmailMessageMarkAcceptedParams) error {
 	n, err := run(ctx, q, true, func(ctx context.Context) (int64, error) {
-		return sqlc.EmailMessageMarkAccepted(ctx, q.dbtx, dbsqlc.EmailMessageMarkAcceptedParams{ProviderID: providerID, Now: now, JobID: jobID})
+		return sqlc.EmailMessageMarkAccepted(ctx, q.dbtx, dbsqlc.EmailMessageMarkAcceptedParams{
+			Provider:   params.Provider,
+			ProviderID: params.ProviderID,
+			Now:        params.Now,
+			JobID:      params.JobID,
+		})
 	})
 	return updated("marking email message accepted", n, err)
+}
+
+// EmailMessageSetProviderInDoubt implements db.Queries. It writes a given value, so it may run
+// again.
+func (q *queries) EmailMessageSetProviderInDoubt(ctx context.Context, params *db.EmailMessageSetProviderInDoubtParams) error {
+	n, err := run(ctx, q, true, func(ctx context.Context) (int64, error) {
+		return sqlc.EmailMessageSetProviderInDoubt(ctx, q.dbtx, dbsqlc.EmailMessageSetProviderInDoubtParams{
+			Provider: params.Provider,
+			Now:      params.Now,
+			JobID:    params.JobID,
+		})
+	})
+	return updated("recording the provider an email message is handed to", n, err)
+}
+
+// EmailMessageMarkBounced implements db.Queries. Running it twice leaves the row as once.
+func (q *queries) EmailMessageMarkBounced(ctx context.Context, params *db.EmailMessageMarkBouncedParams) error {
+	n, err := run(ctx, q, true, func(ctx context.Context) (int64, error) {
+		return sqlc.EmailMessageMarkBounced(ctx, q.dbtx, dbsqlc.EmailMessageMarkBouncedParams{
+			Now:           params.Now,
+			BounceType:    params.BounceType,
+			BounceSubType: params.BounceSubType,
+			JobID:         params.JobID,
+		})
+	})
+	return updated("marking email message bounced", n, err)
 }
 
 // EmailMessageRekey implements db.Queries.

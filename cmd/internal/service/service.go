@@ -1,12 +1,16 @@
 package service
 
 import (
+	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -41,8 +45,11 @@ func (r Role) Serves() bool { return r != RoleWorker }
 
 // Opts are what a caller may give New beyond the Config. A nil *Opts is fine.
 type Opts struct {
-	// Sender replaces the mailer Config.Mailer names (the load tool's no-op sender).
+	// Sender replaces the mailers Config.Mailers name (the load tool's no-op sender).
 	Sender mail.Sender
+	// SMTPTLSConfig, when set, is the TLS configuration of the SMTP sender (the root CA of a
+	// test server's certificate); nil verifies the server against the system's roots.
+	SMTPTLSConfig *tls.Config
 	// APIConfigFunc makes last changes to the API's config before its router is built (the load
 	// tool's hash concurrency; tests' short request timeouts).
 	APIConfigFunc func(config *api.Config)
@@ -66,7 +73,7 @@ type Service struct {
 	// (its delivery counts by kind would tell anyone which addresses have accounts); nil for a
 	// worker, which serves /metrics on HTTP_ADDR, and when METRICS_ADDR is off.
 	MetricsHandler http.Handler
-	// Mailer names the mailer in use, for the start line: the one Config.Mailer names, or
+	// Mailer names the mailers in use, for the start line: MAILER's list ("resend,smtp"), or
 	// "custom" for Opts.Sender.
 	Mailer string
 	// DevMail is the log mailer's outbox, which the API serves at /dev/mail: set for `serve` with
@@ -91,16 +98,22 @@ func New(ctx context.Context, config *Config, logger *slog.Logger, role Role, op
 		return nil, fmt.Errorf("`postguard %s` needs PostgreSQL (DATABASE_URL=postgres://…): the embedded SQLite database belongs to one process; use `postguard serve`", role)
 	}
 
-	sender, mailer := opts.Sender, "custom"
+	providers, mailer := []jobs.Provider(nil), "custom"
 	var devMail *mail.Outbox
-	if sender == nil {
-		if sender, devMail, err = newSender(config, logger, role); err != nil {
+	if opts.Sender != nil {
+		providers = []jobs.Provider{{Name: mailer, Sender: opts.Sender, MaxRPS: config.ResendMaxRPS}}
+	} else {
+		if providers, devMail, err = newProviders(config, logger, role, opts); err != nil {
 			return nil, err
 		}
-		mailer = config.Mailer
+		mailer = cmp.Or(strings.Join(config.Mailers, ","), MailerNone)
 	}
-	if role.Works() && sender == nil {
+	if role.Works() && len(providers) == 0 {
 		logger.WarnContext(ctx, "MAILER=none: email jobs stay queued until a mailer is configured; nothing is lost")
+	}
+	if role.Works() && config.SMTPURL != nil && config.SMTPURL.Scheme == mail.SMTPSchemeInsecure && slices.Contains(config.Mailers, MailerSMTP) {
+		logger.WarnContext(ctx, "SMTP_URL is smtp+insecure://: mail crosses the network to the relay unencrypted; use it for a relay on this host or a private network only",
+			slog.String("smtp_url", config.SMTPURL.Redacted()))
 	}
 	if role.Works() && config.Renderer != nil {
 		for _, warning := range config.Renderer.Warnings() {
@@ -118,7 +131,7 @@ func New(ctx context.Context, config *Config, logger *slog.Logger, role Role, op
 				Store:      store,
 				Recipients: jobs.UserRecipients(store), // postguard's own users table
 				Jobs:       store.Jobs(),
-				Sender:     sender,
+				Providers:  providers,
 				Logger:     logger,
 				Registerer: registry,
 				Renderer:   config.Renderer,
@@ -314,35 +327,56 @@ func NewHTTPServer(handler http.Handler, logger *slog.Logger) *http.Server {
 	}
 }
 
-// newSender builds the mailer MAILER names; nil for none. The log mailer of `serve` keeps its
-// mail in an outbox for /dev/mail when DevMailServed says so.
-func newSender(config *Config, logger *slog.Logger, role Role) (mail.Sender, *mail.Outbox, error) {
-	switch config.Mailer {
-	case MailerResend:
-		sender, err := mail.NewResendSender(&mail.ResendConfig{
-			APIKey:  config.ResendAPIKey,
-			From:    config.ResendFromEmail,
-			BaseURL: config.ResendBaseURL,
-			Timeout: config.JobTimeout,
-		})
-		if err != nil {
-			return nil, nil, fmt.Errorf("error creating Resend sender: %w", err)
+// newProviders builds the providers MAILER names, in its order; none for none. The log mailer of
+// `serve` keeps its mail in an outbox for /dev/mail when DevMailServed says so.
+func newProviders(config *Config, logger *slog.Logger, role Role, opts *Opts) ([]jobs.Provider, *mail.Outbox, error) {
+	var (
+		providers []jobs.Provider
+		outbox    *mail.Outbox
+	)
+	for _, name := range config.Mailers {
+		switch name {
+		case MailerResend:
+			sender, err := mail.NewResendSender(&mail.ResendConfig{
+				APIKey:  config.ResendAPIKey,
+				From:    config.MailFrom,
+				BaseURL: config.ResendBaseURL,
+				Timeout: config.JobTimeout,
+			})
+			if err != nil {
+				return nil, nil, fmt.Errorf("error creating Resend sender: %w", err)
+			}
+			providers = append(providers, jobs.Provider{Name: name, Sender: sender, MaxRPS: config.ResendMaxRPS})
+		case MailerSMTP:
+			sender, err := mail.NewSMTPSender(&mail.SMTPConfig{
+				URL:       config.SMTPURL,
+				From:      config.MailFrom,
+				TLSConfig: opts.SMTPTLSConfig,
+				Timeout:   config.JobTimeout,
+			})
+			if err != nil {
+				return nil, nil, fmt.Errorf("error creating SMTP sender: %w", err)
+			}
+			providers = append(providers, jobs.Provider{Name: name, Sender: sender, MaxRPS: config.SMTPMaxRPS})
+		case MailerLog:
+			var sender *mail.LogSender
+			switch {
+			case role != RoleServe:
+				sender = mail.NewLogSender(logger, nil)
+			case !DevMailServed(config.AppURL):
+				logger.Warn("/dev/mail is not served: APP_URL is not a loopback address, and /dev/mail would show every mail's links to whoever asks; the log mailer prints whole mails instead",
+					slog.String("app_url", config.AppURL))
+				sender = mail.NewLogSender(logger, nil)
+			default:
+				outbox = mail.NewOutbox(mail.DefaultOutboxSize)
+				sender = mail.NewLogSender(logger, &mail.LogSenderConfig{Outbox: outbox, DevMailURL: config.AppURL + "/dev/mail"})
+			}
+			providers = append(providers, jobs.Provider{Name: name, Sender: sender, MaxRPS: config.ResendMaxRPS})
+		default:
+			return nil, nil, fmt.Errorf("no mailer %q", name)
 		}
-		return sender, nil, nil
-	case MailerLog:
-		if role != RoleServe {
-			return mail.NewLogSender(logger, nil), nil, nil
-		}
-		if !DevMailServed(config.AppURL) {
-			logger.Warn("/dev/mail is not served: APP_URL is not a loopback address, and /dev/mail would show every mail's links to whoever asks; the log mailer prints whole mails instead",
-				slog.String("app_url", config.AppURL))
-			return mail.NewLogSender(logger, nil), nil, nil
-		}
-		outbox := mail.NewOutbox(mail.DefaultOutboxSize)
-		return mail.NewLogSender(logger, &mail.LogSenderConfig{Outbox: outbox, DevMailURL: config.AppURL + "/dev/mail"}), outbox, nil
-	default:
-		return nil, nil, nil
 	}
+	return providers, outbox, nil
 }
 
 // DevMailServed says whether `serve` with MAILER=log serves /dev/mail for appURL (APP_URL): only
