@@ -25,7 +25,7 @@ lint:
 	$(GO) tool golangci-lint run ./...
 
 # The OpenAPI document against Redocly's recommended rules (needs Node and the npm registry).
-# Its warnings are true of the service: GET routes with no 4xx answer, a redirect with no 2xx.
+# Its warnings are true of the service: GET and HEAD routes with no 4xx answer, a redirect with no 2xx.
 REDOCLY ?= npx -y @redocly/cli@2.77.0
 lint-openapi:
 	$(REDOCLY) lint --format=stylish api/openapi.yaml

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -209,17 +210,22 @@ func (s *server) uniformAnswer(c *gin.Context, action abuse.Action, answer []byt
 	return nil
 }
 
-// allow spends one request of action for the client's IP and email. On a refusal it returns the
-// 429 problem; the RateLimit headers are set either way.
+// allow spends one request of action for the client's IP and email. The RateLimit headers
+// describe the client's own IP rule, whichever rule answered: an email's budget would tell the
+// client how often others tried that address lately. On a refusal, by either rule, it returns
+// the 429 problem with the refusing rule's Retry-After.
 func (s *server) allow(c *gin.Context, action abuse.Action, email string) error {
 	decision, err := s.spend(c, action, email)
 	if err != nil {
 		return err
 	}
-	decision.SetHeaders(c.Writer.Header())
+	if ip, ok := decision.Of(abuse.ScopeIP); ok {
+		ip.SetHeaders(c.Writer.Header())
+	}
 	if decision.Allowed {
 		return nil
 	}
+	c.Header("Retry-After", strconv.FormatInt(decision.RetryAfterSeconds(), 10))
 	return tooManyRequests(decision)
 }
 

@@ -248,7 +248,7 @@ func (s *server) limitsDeviceKey(c *gin.Context) (abuse.Action, string, error) {
 // forgot_password's email rule would tell who asked about an address lately, the oracle the auth
 // routes keep closed).
 func (s *server) limitsAction(c *gin.Context) (abuse.Action, error) {
-	action := abuse.Action(c.Param("action"))
+	action := abuse.Action(pathParam(c, "action"))
 	if !abuse.ValidActionName(string(action)) || action.BuiltIn() || len(s.limiter.Scopes(action)) == 0 {
 		return "", errUnknownAction
 	}

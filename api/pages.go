@@ -97,8 +97,9 @@ func (s *server) forgotPasswordPage(c *gin.Context) error {
 	return s.renderPage(c, http.StatusOK, mail.PageForgotPassword, nil)
 }
 
-// startPage is GET / where /dev/mail is served (development with the log mailer): where a
-// person trying postguard begins. Elsewhere / is not a route (404).
+// startPage is GET / where /dev/mail is served (development with the log mailer, to this
+// machine only; see mountDevMail): where a person trying postguard begins. Elsewhere / is not a
+// route (404).
 func (s *server) startPage(c *gin.Context) error {
 	answerHTML(c)
 	return s.renderPage(c, http.StatusOK, mail.PageStart, nil)

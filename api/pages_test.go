@@ -228,16 +228,26 @@ func TestServer_ForgotPasswordPage(t *testing.T) {
 	})
 }
 
-// TestServer_StartPage: with /dev/mail served, GET / is a page linking it; otherwise / is not a
-// route.
+// TestServer_StartPage: where /dev/mail is served, GET / is a page linking it, for the requests
+// /dev/mail answers (from this machine); otherwise / is not a route.
 func TestServer_StartPage(t *testing.T) {
 	t.Parallel()
 
+	local := func(method string) *http.Request {
+		req := httptest.NewRequest(method, "/", nil)
+		req.RemoteAddr, req.Host = "127.0.0.1:50123", "localhost:8080"
+		return req
+	}
 	bundle := newSQLiteBundle(t, &setupOpts{configFunc: func(config *Config) { config.DevMail = mail.NewOutbox(0) }})
-	rec := serve(t, bundle.router, httptest.NewRequest(http.MethodGet, "/", nil))
+	rec := serve(t, bundle.router, local(http.MethodGet))
 	requirePage(t, rec, http.StatusOK, "en", "<title>Start here · postguard</title>", `href="/dev/mail">Read the mail</a>`, `<a href="/v1/auth/forgot-password">`)
 
-	rec = serve(t, newSQLiteBundle(t, nil).router, httptest.NewRequest(http.MethodGet, "/", nil))
+	// Another machine gets the 404 of an unknown path, whatever the method, as /dev/mail does.
+	for _, method := range []string{http.MethodGet, http.MethodPost} {
+		decodeProblem(t, serve(t, bundle.router, httptest.NewRequest(method, "/", nil)), http.StatusNotFound)
+	}
+
+	rec = serve(t, newSQLiteBundle(t, nil).router, local(http.MethodGet))
 	decodeProblem(t, rec, http.StatusNotFound)
 }
 

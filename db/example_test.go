@@ -67,6 +67,7 @@ func ExampleNewTables() {
 	// rate_limit_counters
 	// rate_limit_device_revocations
 	// readiness_heartbeat
+	// secret_check
 	// send_pacer
 	// users
 	// webhook_events

@@ -56,8 +56,15 @@ type Queries interface {
 	// EmailMessageRekey gives a job's unaccepted message a new idempotency key, with the locale
 	// and payload digest of what is sent under it; ErrNotFound when there is no such message.
 	EmailMessageRekey(ctx context.Context, params *EmailMessageRekeyParams) error
-	// EmailMessageMarkAccepted records that the provider accepted a job's message, with its id.
-	EmailMessageMarkAccepted(ctx context.Context, jobID int64, providerID string, now time.Time) error
+	// EmailMessageMarkAccepted records that a provider accepted a job's message: which provider,
+	// and the id it gave the mail. No provider is in doubt of the message any more.
+	EmailMessageMarkAccepted(ctx context.Context, params *EmailMessageMarkAcceptedParams) error
+	// EmailMessageSetProviderInDoubt records the provider a job's unaccepted message is handed to
+	// before the send, or clears it; ErrNotFound when the job has no unaccepted message.
+	EmailMessageSetProviderInDoubt(ctx context.Context, params *EmailMessageSetProviderInDoubtParams) error
+	// EmailMessageMarkBounced records that a provider refused a job's recipient for good while the
+	// mail was sent; ErrNotFound when the job has no unaccepted message.
+	EmailMessageMarkBounced(ctx context.Context, params *EmailMessageMarkBouncedParams) error
 	// EmailMessageDeleteBefore deletes up to max message rows created before before.
 	EmailMessageDeleteBefore(ctx context.Context, before time.Time, max int) (int64, error)
 	// EmailMessageGetByProviderID finds the message the provider gave an id (the newest, should a
@@ -110,6 +117,14 @@ type Queries interface {
 	SendPacerReserve(ctx context.Context, name string, interval time.Duration) (slot, now time.Time, err error)
 	// Now is the database's clock, the one SendPacerReserve schedules on.
 	Now(ctx context.Context) (time.Time, error)
+
+	// SecretCheckRecord records the check value of the secret the database is used with, unless
+	// one is recorded already, and returns the recorded one (params.CheckValue when there was
+	// none). It is two statements, the insert then the read, so that of two processes starting
+	// at once with different secrets the second reads the first's.
+	SecretCheckRecord(ctx context.Context, params *SecretCheckParams) ([]byte, error)
+	// SecretCheckReplace records the check value of a new secret in place of the old one.
+	SecretCheckReplace(ctx context.Context, params *SecretCheckParams) error
 }
 
 // Counters are the rate limiter's statements: each runs alone, outside any other transaction

@@ -531,9 +531,9 @@ func TestStore_EmailMessage(t *testing.T) {
 			ctx, store := t.Context(), newStore(t)
 			insert(ctx, t, store, 42, "k1", now)
 
-			require.NoError(t, store.EmailMessageMarkAccepted(ctx, 42, "re_1", now.Add(time.Second)))
+			require.NoError(t, store.EmailMessageMarkAccepted(ctx, &db.EmailMessageMarkAcceptedParams{JobID: 42, Provider: "resend", ProviderID: "re_1", Now: now.Add(time.Second)}))
 			// A second acceptance (a retry the provider answered idempotently) keeps the first.
-			require.NoError(t, store.EmailMessageMarkAccepted(ctx, 42, "re_2", now.Add(time.Minute)))
+			require.NoError(t, store.EmailMessageMarkAccepted(ctx, &db.EmailMessageMarkAcceptedParams{JobID: 42, Provider: "resend", ProviderID: "re_2", Now: now.Add(time.Minute)}))
 
 			got, err := store.EmailMessageGetByJob(ctx, 42)
 			require.NoError(t, err)
@@ -543,7 +543,7 @@ func TestStore_EmailMessage(t *testing.T) {
 			requireTimeEqual(t, now.Add(time.Second), got.SentAt)
 			require.Nil(t, got.StatusAt, "sent by the worker's own word, not a provider event")
 
-			require.ErrorIs(t, store.EmailMessageMarkAccepted(ctx, 43, "re_3", now), db.ErrNotFound)
+			require.ErrorIs(t, store.EmailMessageMarkAccepted(ctx, &db.EmailMessageMarkAcceptedParams{JobID: 43, Provider: "resend", ProviderID: "re_3", Now: now}), db.ErrNotFound)
 		})
 
 		t.Run("MarkAcceptedKeepsLaterStatus", func(t *testing.T) {
@@ -551,7 +551,7 @@ func TestStore_EmailMessage(t *testing.T) {
 
 			ctx, store := t.Context(), newStore(t)
 			insert(ctx, t, store, 42, "k1", now)
-			require.NoError(t, store.EmailMessageMarkAccepted(ctx, 42, "re_1", now))
+			require.NoError(t, store.EmailMessageMarkAccepted(ctx, &db.EmailMessageMarkAcceptedParams{JobID: 42, Provider: "resend", ProviderID: "re_1", Now: now}))
 			delivered := now.Add(time.Minute)
 			require.NoError(t, store.EmailMessageSetLifecycle(ctx, &db.EmailMessageLifecycleParams{
 				JobID: 42, Status: db.EmailStatusDelivered, StatusAt: &delivered, SentAt: &now, DeliveredAt: &delivered, Now: delivered,
@@ -559,7 +559,7 @@ func TestStore_EmailMessage(t *testing.T) {
 
 			// A later attempt that records the acceptance again (its first record's answer was
 			// lost) leaves the provider's word alone.
-			require.NoError(t, store.EmailMessageMarkAccepted(ctx, 42, "re_1", now.Add(time.Hour)))
+			require.NoError(t, store.EmailMessageMarkAccepted(ctx, &db.EmailMessageMarkAcceptedParams{JobID: 42, Provider: "resend", ProviderID: "re_1", Now: now.Add(time.Hour)}))
 			got, err := store.EmailMessageGetByJob(ctx, 42)
 			require.NoError(t, err)
 			require.Equal(t, db.EmailStatusDelivered, got.Status)
@@ -573,7 +573,7 @@ func TestStore_EmailMessage(t *testing.T) {
 			ctx, store := t.Context(), newStore(t)
 			insert(ctx, t, store, 42, "k1", now)
 			insert(ctx, t, store, 43, "k2", now)
-			require.NoError(t, store.EmailMessageMarkAccepted(ctx, 42, "re_1", now))
+			require.NoError(t, store.EmailMessageMarkAccepted(ctx, &db.EmailMessageMarkAcceptedParams{JobID: 42, Provider: "resend", ProviderID: "re_1", Now: now}))
 
 			err := store.InTx(ctx, func(ctx context.Context, tx db.Tx) error {
 				got, err := tx.EmailMessageGetByProviderID(ctx, "re_1")
@@ -593,8 +593,8 @@ func TestStore_EmailMessage(t *testing.T) {
 			ctx, store := t.Context(), newStore(t)
 			insert(ctx, t, store, 42, "k1", now)
 			insert(ctx, t, store, 43, "k2", now)
-			require.NoError(t, store.EmailMessageMarkAccepted(ctx, 42, "noop", now))
-			require.NoError(t, store.EmailMessageMarkAccepted(ctx, 43, "noop", now))
+			require.NoError(t, store.EmailMessageMarkAccepted(ctx, &db.EmailMessageMarkAcceptedParams{JobID: 42, Provider: "resend", ProviderID: "noop", Now: now}))
+			require.NoError(t, store.EmailMessageMarkAccepted(ctx, &db.EmailMessageMarkAcceptedParams{JobID: 43, Provider: "resend", ProviderID: "noop", Now: now}))
 			got, err := store.EmailMessageGetByProviderID(ctx, "noop")
 			require.NoError(t, err)
 			require.Equal(t, int64(43), got.JobID, "the newest")
@@ -605,7 +605,7 @@ func TestStore_EmailMessage(t *testing.T) {
 
 			ctx, store := t.Context(), newStore(t)
 			insert(ctx, t, store, 42, "k1", now)
-			require.NoError(t, store.EmailMessageMarkAccepted(ctx, 42, "re_1", now))
+			require.NoError(t, store.EmailMessageMarkAccepted(ctx, &db.EmailMessageMarkAcceptedParams{JobID: 42, Provider: "resend", ProviderID: "re_1", Now: now}))
 
 			// Two transactions each read the message and write what they read plus a status
 			// time of their own. The second reads while the first holds the row: it must wait
@@ -665,7 +665,7 @@ func TestStore_EmailMessage(t *testing.T) {
 
 			ctx, store := t.Context(), newStore(t)
 			insert(ctx, t, store, 42, "k1", now)
-			require.NoError(t, store.EmailMessageMarkAccepted(ctx, 42, "re_1", now))
+			require.NoError(t, store.EmailMessageMarkAccepted(ctx, &db.EmailMessageMarkAcceptedParams{JobID: 42, Provider: "resend", ProviderID: "re_1", Now: now}))
 
 			times := make([]time.Time, 8)
 			for i := range times {
@@ -754,7 +754,7 @@ func TestStore_EmailMessage(t *testing.T) {
 
 			// A job whose mail the provider accepted is left alone.
 			insert(ctx, t, store, 44, "k5", now)
-			require.NoError(t, store.EmailMessageMarkAccepted(ctx, 44, "re_1", now))
+			require.NoError(t, store.EmailMessageMarkAccepted(ctx, &db.EmailMessageMarkAcceptedParams{JobID: 44, Provider: "resend", ProviderID: "re_1", Now: now}))
 			marked, err = store.EmailMessageMarkSuppressed(ctx, params(44, "k6", now.Add(time.Minute)))
 			require.NoError(t, err)
 			require.False(t, marked)
@@ -828,9 +828,86 @@ func TestStore_EmailMessage(t *testing.T) {
 			requireTimeEqual(t, now, &got.CreatedAt)
 
 			// An accepted message keeps its key.
-			require.NoError(t, store.EmailMessageMarkAccepted(ctx, 42, "re_1", now))
+			require.NoError(t, store.EmailMessageMarkAccepted(ctx, &db.EmailMessageMarkAcceptedParams{JobID: 42, Provider: "resend", ProviderID: "re_1", Now: now}))
 			require.ErrorIs(t, rekey(42, "k3", now), db.ErrNotFound)
 			require.ErrorIs(t, rekey(43, "k4", now), db.ErrNotFound)
+		})
+
+		t.Run("ProviderInDoubtUntilAccepted", func(t *testing.T) {
+			t.Parallel()
+
+			ctx, store := t.Context(), newStore(t)
+			insert(ctx, t, store, 42, "k1", now)
+			inDoubt := func(provider *string) error {
+				return store.EmailMessageSetProviderInDoubt(ctx, &db.EmailMessageSetProviderInDoubtParams{JobID: 42, Provider: provider, Now: now})
+			}
+			got, err := store.EmailMessageGetByJob(ctx, 42)
+			require.NoError(t, err)
+			require.Nil(t, got.ProviderInDoubt, "no provider has had a new message")
+			require.Nil(t, got.Provider)
+
+			smtp := "smtp"
+			require.NoError(t, inDoubt(&smtp))
+			got, err = store.EmailMessageGetByJob(ctx, 42)
+			require.NoError(t, err)
+			require.Equal(t, "smtp", *got.ProviderInDoubt)
+			require.NoError(t, inDoubt(nil))
+			got, err = store.EmailMessageGetByJob(ctx, 42)
+			require.NoError(t, err)
+			require.Nil(t, got.ProviderInDoubt, "cleared once the provider said it did not take the mail")
+
+			// The acceptance names its provider and ends the doubt; the first acceptance stays.
+			require.NoError(t, inDoubt(&smtp))
+			require.NoError(t, store.EmailMessageMarkAccepted(ctx, &db.EmailMessageMarkAcceptedParams{JobID: 42, Provider: "smtp", ProviderID: "<id@example.com>", Now: now}))
+			require.NoError(t, store.EmailMessageMarkAccepted(ctx, &db.EmailMessageMarkAcceptedParams{JobID: 42, Provider: "resend", ProviderID: "re_1", Now: now.Add(time.Minute)}))
+			got, err = store.EmailMessageGetByJob(ctx, 42)
+			require.NoError(t, err)
+			require.Equal(t, "smtp", *got.Provider)
+			require.Equal(t, "<id@example.com>", *got.ProviderID)
+			require.Nil(t, got.ProviderInDoubt)
+
+			// An accepted message is in doubt of nothing, and a job without a message has none.
+			require.ErrorIs(t, inDoubt(&smtp), db.ErrNotFound)
+			require.ErrorIs(t, store.EmailMessageSetProviderInDoubt(ctx, &db.EmailMessageSetProviderInDoubtParams{JobID: 43, Provider: &smtp, Now: now}), db.ErrNotFound)
+		})
+
+		t.Run("RekeyEndsTheDoubt", func(t *testing.T) {
+			t.Parallel()
+
+			ctx, store := t.Context(), newStore(t)
+			insert(ctx, t, store, 42, "k1", now)
+			resend := "resend"
+			require.NoError(t, store.EmailMessageSetProviderInDoubt(ctx, &db.EmailMessageSetProviderInDoubtParams{JobID: 42, Provider: &resend, Now: now}))
+			require.NoError(t, store.EmailMessageRekey(ctx, &db.EmailMessageRekeyParams{JobID: 42, IdempotencyKey: "k2", Locale: "fr", Now: now}))
+			got, err := store.EmailMessageGetByJob(ctx, 42)
+			require.NoError(t, err)
+			require.Nil(t, got.ProviderInDoubt)
+		})
+
+		t.Run("MarkBounced", func(t *testing.T) {
+			t.Parallel()
+
+			ctx, store := t.Context(), newStore(t)
+			insert(ctx, t, store, 42, "k1", now)
+			smtp := "smtp"
+			require.NoError(t, store.EmailMessageSetProviderInDoubt(ctx, &db.EmailMessageSetProviderInDoubtParams{JobID: 42, Provider: &smtp, Now: now}))
+			bounce := &db.EmailMessageMarkBouncedParams{JobID: 42, BounceType: "Permanent", BounceSubType: "SMTP 550 5.1.1", Now: now.Add(time.Second)}
+			require.NoError(t, store.EmailMessageMarkBounced(ctx, bounce))
+
+			got, err := store.EmailMessageGetByJob(ctx, 42)
+			require.NoError(t, err)
+			require.Equal(t, db.EmailStatusBounced, got.Status)
+			requireTimeEqual(t, now.Add(time.Second), got.StatusAt)
+			requireTimeEqual(t, now.Add(time.Second), got.BouncedAt)
+			require.Equal(t, "Permanent", *got.BounceType)
+			require.Equal(t, "SMTP 550 5.1.1", *got.BounceSubType)
+			require.Nil(t, got.ProviderInDoubt)
+			require.Nil(t, got.AcceptedAt)
+
+			insert(ctx, t, store, 43, "k2", now)
+			require.NoError(t, store.EmailMessageMarkAccepted(ctx, &db.EmailMessageMarkAcceptedParams{JobID: 43, Provider: "smtp", ProviderID: "<id@example.com>", Now: now}))
+			bounce.JobID = 43
+			require.ErrorIs(t, store.EmailMessageMarkBounced(ctx, bounce), db.ErrNotFound, "an accepted message is left alone")
 		})
 
 		t.Run("DeleteBefore", func(t *testing.T) {
@@ -1032,6 +1109,50 @@ func TestStore_WebhookEvent(t *testing.T) {
 			}
 			require.ErrorIs(t, store.WebhookEventInsert(ctx, "kept", now), db.ErrExists)
 			require.NoError(t, store.WebhookEventInsert(ctx, "old0", now), "pruned: a replay this late applies again")
+		})
+	})
+}
+
+func TestStore_SecretCheck(t *testing.T) {
+	t.Parallel()
+
+	dbtest.Engines(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
+		t.Run("FirstRecordedStays", func(t *testing.T) {
+			t.Parallel()
+
+			ctx, store := t.Context(), newStore(t)
+			recorded, err := store.SecretCheckRecord(ctx, &db.SecretCheckParams{CheckValue: []byte("first"), Now: now})
+			require.NoError(t, err)
+			require.Equal(t, []byte("first"), recorded)
+			recorded, err = store.SecretCheckRecord(ctx, &db.SecretCheckParams{CheckValue: []byte("second"), Now: now})
+			require.NoError(t, err)
+			require.Equal(t, []byte("first"), recorded, "a second secret reads the first's")
+
+			require.NoError(t, store.SecretCheckReplace(ctx, &db.SecretCheckParams{CheckValue: []byte("second"), Now: now}))
+			recorded, err = store.SecretCheckRecord(ctx, &db.SecretCheckParams{CheckValue: []byte("third"), Now: now})
+			require.NoError(t, err)
+			require.Equal(t, []byte("second"), recorded)
+		})
+
+		// Processes starting at once with different secrets: one value is recorded, and every
+		// one of them reads it.
+		t.Run("Concurrent", func(t *testing.T) {
+			t.Parallel()
+
+			ctx, store := t.Context(), newStore(t)
+			got := make([][]byte, 8)
+			var wg sync.WaitGroup
+			for i := range got {
+				wg.Go(func() {
+					recorded, err := store.SecretCheckRecord(ctx, &db.SecretCheckParams{CheckValue: []byte{byte(i)}, Now: now})
+					require.NoError(t, err)
+					got[i] = recorded
+				})
+			}
+			wg.Wait()
+			for _, recorded := range got {
+				require.Equal(t, got[0], recorded)
+			}
 		})
 	})
 }

@@ -144,14 +144,17 @@ func (s *tables[TTx]) Transact(ctx context.Context, fn func(ctx context.Context,
 }
 
 // inTx runs fn in one engine transaction, given the transaction and its statements. A
-// transaction whose connection was lost before its COMMIT was sent runs again, once, on another
-// connection (Engine.MayRetry): the server rolled it back when its session ended. One whose
-// COMMIT was sent and not answered is never run again: it may have committed.
+// transaction whose connection was lost before its COMMIT was sent runs again, once, on a
+// connection the engine verified (Engine.MayRetry): the server rolled it back when its session
+// ended. One whose COMMIT was sent and not answered is never run again: it may have committed.
 func (s *tables[TTx]) inTx(ctx context.Context, fn func(ctx context.Context, tx TTx, q Queries) error) error {
 	committing, err := s.tryTx(ctx, fn)
-	if err != nil && !committing && s.engine.MayRetry(ctx, err, true) {
+	if err == nil || committing {
+		return err
+	}
+	if retryCtx, ok := s.engine.MayRetry(ctx, err, true); ok {
 		s.logger.InfoContext(ctx, "transaction lost its connection before COMMIT; running it again", slog.String("error", err.Error()))
-		_, err = s.tryTx(ctx, fn)
+		_, err = s.tryTx(retryCtx, fn)
 	}
 	return err
 }
@@ -174,7 +177,8 @@ func (s *tables[TTx]) tryTx(ctx context.Context, fn func(ctx context.Context, tx
 	}
 	if err := s.engine.Commit(ctx, tx); err != nil {
 		// A COMMIT that failed before it was sent is safe to run again with its transaction.
-		return !s.engine.MayRetry(ctx, err, false), fmt.Errorf("error committing transaction: %w", err)
+		_, sentNothing := s.engine.MayRetry(ctx, err, false)
+		return !sentNothing, fmt.Errorf("error committing transaction: %w", err)
 	}
 	return true, nil
 }

@@ -229,7 +229,7 @@ func TestNewEngineFromDB(t *testing.T) {
 	t.Cleanup(func() { sqlDB.Close() })
 	engine, err := sqlite.NewEngineFromDB(sqlDB, nil)
 	require.NoError(t, err)
-	_, err = engine.AppSecret()
+	_, err = engine.AppSecret(t.Context())
 	require.ErrorContains(t, err, "give APP_SECRET")
 	require.NoError(t, engine.Close())
 	require.NoError(t, sqlDB.Ping(), "the host's *sql.DB stays open")

@@ -89,6 +89,41 @@ type EmailMessage struct {
 	// PayloadSHA256 is the SHA-256 of what the job's attempts send under IdempotencyKey (never the
 	// bytes, which hold the link's token); nil for a message of before it was kept.
 	PayloadSHA256 []byte
+	// Provider is the name of the provider that accepted the mail (resend, smtp, log…), written
+	// with AcceptedAt; nil until then, and for mail accepted before providers were recorded.
+	Provider *string
+	// ProviderInDoubt is the provider an attempt handed the mail to without hearing that it took
+	// it or did not (its answer was lost, or the worker died): the job's later attempts send to
+	// it alone, never to another provider, which could deliver the mail a second time. nil when
+	// no provider may hold the mail unaccepted.
+	ProviderInDoubt *string
+}
+
+// EmailMessageMarkAcceptedParams record that a provider accepted a job's message.
+type EmailMessageMarkAcceptedParams struct {
+	JobID int64
+	// Provider is the name of the provider that accepted it; ProviderID the id it gave the mail.
+	Provider   string
+	ProviderID string
+	Now        time.Time
+}
+
+// EmailMessageSetProviderInDoubtParams record, before a send, the provider a job's message is
+// handed to, or clear it (Provider nil) once that provider answered that it did not take it.
+type EmailMessageSetProviderInDoubtParams struct {
+	JobID    int64
+	Provider *string
+	Now      time.Time
+}
+
+// EmailMessageMarkBouncedParams record that a provider refused a job's recipient for good while
+// the mail was sent (an SMTP relay's 5xx to RCPT TO): BounceType and BounceSubType are its
+// classification, as a provider's bounce event gives them.
+type EmailMessageMarkBouncedParams struct {
+	JobID         int64
+	BounceType    string
+	BounceSubType string
+	Now           time.Time
 }
 
 // EmailMessageMarkSuppressedParams are the fields of a job's message row when its mail is held
@@ -299,4 +334,11 @@ type RateLimitCounterGetParams struct {
 type RateLimitCounterDeleteParams struct {
 	KeyHash     []byte
 	WindowStart time.Time
+}
+
+// SecretCheckParams are the check value of a secret (never the secret itself: an HMAC of a
+// fixed label under a key derived from it) and when it is recorded.
+type SecretCheckParams struct {
+	CheckValue []byte
+	Now        time.Time
 }

@@ -73,8 +73,14 @@ type Deps struct {
 	// cleaner off; for a host app's workers (NewWorkers) nil leaves finished jobs to the host's
 	// River.
 	Jobs db.Jobs
-	// Sender delivers mail. nil means MAILER=none: the email queue is not worked, and email jobs
-	// stay queued (nothing is lost) until a process with a sender starts.
+	// Providers deliver mail, in failover order (MAILER=resend,smtp): an attempt goes to the
+	// first whose circuit is closed, and on to the next after an outage that left the provider
+	// without the mail (see Provider). None (and no Sender) means MAILER=none: the email queue is
+	// not worked, and email jobs stay queued (nothing is lost) until a process with a provider
+	// starts.
+	Providers []Provider
+	// Sender, when Providers is empty, is the one provider: named DefaultProviderName ("resend")
+	// and paced at Config.MaxRPS, as postguard's one sender always was.
 	Sender mail.Sender
 	// Logger receives the workers' lines (and River's). Defaults to slog.Default().
 	Logger *slog.Logger
@@ -116,9 +122,13 @@ type Config struct {
 	DeviceTokenTTL time.Duration
 	// PruneInterval is the period of the prune job (PRUNE_INTERVAL).
 	PruneInterval time.Duration
-	// MaxRPS is the most sends per second, all worker processes together (RESEND_MAX_RPS);
-	// 0 (or a rate so high that its slots would be under a microsecond apart) sends unpaced.
+	// MaxRPS is the most sends per second through Deps.Sender, all worker processes together
+	// (RESEND_MAX_RPS); 0 (or a rate so high that its slots would be under a microsecond apart)
+	// sends unpaced. Deps.Providers carry their own.
 	MaxRPS float64
+	// CircuitCooldown is how long a provider's circuit stays open after an outage before the
+	// provider is tried in its turn again. Defaults to DefaultCircuitCooldown.
+	CircuitCooldown time.Duration
 	// FetchCooldown and FetchPollInterval tune River's fetch loop; zero takes River's defaults
 	// (100ms, 1s).
 	FetchCooldown, FetchPollInterval time.Duration
@@ -138,6 +148,7 @@ func (c *Config) withDefaults() *Config {
 	out.JobRetention = cmp.Or(out.JobRetention, DefaultJobRetention)
 	out.CounterRetention = cmp.Or(out.CounterRetention, DefaultCounterRetention)
 	out.PruneInterval = cmp.Or(out.PruneInterval, DefaultPruneInterval)
+	out.CircuitCooldown = cmp.Or(out.CircuitCooldown, DefaultCircuitCooldown)
 	out.DeviceTokenTTL = cmp.Or(out.DeviceTokenTTL, abuse.DefaultDeviceTokenTTL)
 	out.AppURL = strings.TrimRight(out.AppURL, "/")
 	if out.NowFunc == nil {
@@ -178,6 +189,13 @@ func NewWorkers(deps *Deps, config *Config) (*Workers, error) {
 	if err != nil {
 		return nil, err
 	}
+	providers, err := newProviders(deps, config, deps.Store)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range providers {
+		metrics.circuit(p.name, false)
+	}
 	logger := cmp.Or(deps.Logger, slog.Default())
 	renderer := deps.Renderer
 	if renderer == nil {
@@ -192,11 +210,10 @@ func NewWorkers(deps *Deps, config *Config) (*Workers, error) {
 		logger:     logger,
 		metrics:    metrics,
 		nowFunc:    config.NowFunc,
-		pacer:      newPacer(deps.Store, config.MaxRPS),
+		providers:  providers,
 		recipients: deps.Recipients,
 		renderer:   renderer,
 		sealer:     sealer,
-		sender:     deps.Sender,
 		store:      deps.Store,
 	}
 	return &Workers{
@@ -286,7 +303,7 @@ func NewRiverConfig(deps *Deps, config *Config) (*river.Config, error) {
 	riverConfig.Queues = map[string]river.QueueConfig{
 		QueueMaintenance: {MaxWorkers: 1},
 	}
-	if deps.Sender != nil {
+	if deps.Sender != nil || len(deps.Providers) > 0 {
 		riverConfig.Queues[QueueEmail] = river.QueueConfig{MaxWorkers: config.EmailWorkers}
 	} else {
 		logger.Warn("no mailer configured (MAILER=none): email jobs stay queued until a worker with a mailer starts; set RESEND_API_KEY or MAILER=log")

@@ -668,7 +668,7 @@ func TestEmailWorkers_Delivery(t *testing.T) {
 			require.Error(t, err)
 			require.Len(t, bundle.fake.Deliveries(), 1)
 			// What the dead attempt had recorded: the acceptance.
-			require.NoError(t, bundle.store.EmailMessageMarkAccepted(t.Context(), died.Job.ID, bundle.fake.Deliveries()[0].ID, bundle.clock.Now()))
+			require.NoError(t, bundle.store.EmailMessageMarkAccepted(t.Context(), &db.EmailMessageMarkAcceptedParams{JobID: died.Job.ID, Provider: "resend", ProviderID: bundle.fake.Deliveries()[0].ID, Now: bundle.clock.Now()}))
 
 			// Rescued: the same job, attempted again.
 			rescued, err := bundle.workAgain(t, died.Job)

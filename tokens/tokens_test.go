@@ -176,3 +176,20 @@ func TestSuppressionKey(t *testing.T) {
 	plain := sha256.Sum256([]byte("ada@example.com"))
 	require.NotEqual(t, plain[:], key)
 }
+
+func TestSecretCheck(t *testing.T) {
+	t.Parallel()
+
+	secret := []byte("0123456789abcdef0123456789abcdef")
+	check := SecretCheck(secret)
+	require.Len(t, check, 32)
+	require.Equal(t, check, SecretCheck([]byte("0123456789abcdef0123456789abcdef")), "the same secret, the same value")
+	require.NotEqual(t, check, SecretCheck([]byte("0123456789abcdef0123456789abcdeF")))
+	require.NotContains(t, string(check), string(secret))
+
+	// Its own key: not the secret's HMAC of the label, nor any other use's value.
+	mac := hmac.New(sha256.New, secret)
+	mac.Write([]byte(secretCheckLabel))
+	require.NotEqual(t, mac.Sum(nil), check)
+	require.NotEqual(t, SuppressionKey(secret, secretCheckLabel), check)
+}

@@ -67,7 +67,9 @@ func (s *runningServer) stop(t *testing.T) error {
 func startServer(t *testing.T, r service.Role, env map[string]string) *runningServer {
 	t.Helper()
 
-	env["HTTP_ADDR"] = "127.0.0.1:0"
+	if _, ok := env["HTTP_ADDR"]; !ok {
+		env["HTTP_ADDR"] = "127.0.0.1:0"
+	}
 	s, err := tryStartServer(t, r, env)
 	if err != nil {
 		t.Fatal(err)

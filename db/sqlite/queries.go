@@ -197,8 +197,33 @@ func (q *queries) EmailMessageRekey(ctx context.Context, params *db.EmailMessage
 }
 
 // EmailMessageMarkAccepted implements db.Queries.
-func (q *queries) EmailMessageMarkAccepted(ctx context.Context, jobID int64, providerID string, now time.Time) error {
-	return mustUpdate(sqlc.EmailMessageMarkAccepted(ctx, q.dbtx, dbsqlc.EmailMessageMarkAcceptedParams{JobID: jobID, ProviderID: &providerID, Now: us(now)}))("marking email message accepted")
+func (q *queries) EmailMessageMarkAccepted(ctx context.Context, params *db.EmailMessageMarkAcceptedParams) error {
+	return mustUpdate(sqlc.EmailMessageMarkAccepted(ctx, q.dbtx, dbsqlc.EmailMessageMarkAcceptedParams{
+		JobID:      params.JobID,
+		Provider:   &params.Provider,
+		ProviderID: &params.ProviderID,
+		Now:        us(params.Now),
+	}))("marking email message accepted")
+}
+
+// EmailMessageSetProviderInDoubt implements db.Queries.
+func (q *queries) EmailMessageSetProviderInDoubt(ctx context.Context, params *db.EmailMessageSetProviderInDoubtParams) error {
+	return mustUpdate(sqlc.EmailMessageSetProviderInDoubt(ctx, q.dbtx, dbsqlc.EmailMessageSetProviderInDoubtParams{
+		JobID:    params.JobID,
+		Provider: params.Provider,
+		Now:      us(params.Now),
+	}))("recording the provider an email message is handed to")
+}
+
+// EmailMessageMarkBounced implements db.Queries.
+func (q *queries) EmailMessageMarkBounced(ctx context.Context, params *db.EmailMessageMarkBouncedParams) error {
+	now := us(params.Now)
+	return mustUpdate(sqlc.EmailMessageMarkBounced(ctx, q.dbtx, dbsqlc.EmailMessageMarkBouncedParams{
+		JobID:         params.JobID,
+		BounceType:    &params.BounceType,
+		BounceSubType: &params.BounceSubType,
+		Now:           &now,
+	}))("marking email message bounced")
 }
 
 // EmailMessageDeleteBefore implements db.Queries.
@@ -261,28 +286,30 @@ func emailMessage(row *dbsqlc.EmailMessage, err error, doing string) (*db.EmailM
 		return nil, failed(doing, err)
 	}
 	return &db.EmailMessage{
-		JobID:          row.JobID,
-		Kind:           row.Kind,
-		UserID:         row.UserID,
-		IdempotencyKey: row.IdempotencyKey,
-		KeyCreatedAt:   at(row.KeyCreatedAt),
-		Status:         row.Status,
-		ProviderID:     row.ProviderID,
-		AcceptedAt:     atPtr(row.AcceptedAt),
-		CreatedAt:      at(row.CreatedAt),
-		UpdatedAt:      at(row.UpdatedAt),
-		StatusAt:       atPtr(row.StatusAt),
-		SentAt:         atPtr(row.SentAt),
-		DeliveredAt:    atPtr(row.DeliveredAt),
-		DelayedAt:      atPtr(row.DelayedAt),
-		BouncedAt:      atPtr(row.BouncedAt),
-		ComplainedAt:   atPtr(row.ComplainedAt),
-		SuppressedAt:   atPtr(row.SuppressedAt),
-		FailedAt:       atPtr(row.FailedAt),
-		BounceType:     row.BounceType,
-		BounceSubType:  row.BounceSubType,
-		Locale:         row.Locale,
-		PayloadSHA256:  row.PayloadSHA256,
+		JobID:           row.JobID,
+		Kind:            row.Kind,
+		UserID:          row.UserID,
+		IdempotencyKey:  row.IdempotencyKey,
+		KeyCreatedAt:    at(row.KeyCreatedAt),
+		Status:          row.Status,
+		ProviderID:      row.ProviderID,
+		AcceptedAt:      atPtr(row.AcceptedAt),
+		CreatedAt:       at(row.CreatedAt),
+		UpdatedAt:       at(row.UpdatedAt),
+		StatusAt:        atPtr(row.StatusAt),
+		SentAt:          atPtr(row.SentAt),
+		DeliveredAt:     atPtr(row.DeliveredAt),
+		DelayedAt:       atPtr(row.DelayedAt),
+		BouncedAt:       atPtr(row.BouncedAt),
+		ComplainedAt:    atPtr(row.ComplainedAt),
+		SuppressedAt:    atPtr(row.SuppressedAt),
+		FailedAt:        atPtr(row.FailedAt),
+		BounceType:      row.BounceType,
+		BounceSubType:   row.BounceSubType,
+		Locale:          row.Locale,
+		PayloadSHA256:   row.PayloadSHA256,
+		Provider:        row.Provider,
+		ProviderInDoubt: row.ProviderInDoubt,
 	}, nil
 }
 
@@ -562,6 +589,20 @@ func (q *queries) Now(ctx context.Context) (time.Time, error) {
 		return time.Time{}, failed("reading the database's clock", err)
 	}
 	return at(nowUS), nil
+}
+
+// SecretCheckRecord implements db.Queries.
+func (q *queries) SecretCheckRecord(ctx context.Context, params *db.SecretCheckParams) ([]byte, error) {
+	if err := sqlc.SecretCheckInsert(ctx, q.dbtx, dbsqlc.SecretCheckInsertParams{CheckValue: params.CheckValue, Now: us(params.Now)}); err != nil {
+		return nil, failed("recording the secret's check value", err)
+	}
+	recorded, err := sqlc.SecretCheckGet(ctx, q.dbtx)
+	return recorded, failed("reading the secret's check value", err)
+}
+
+// SecretCheckReplace implements db.Queries.
+func (q *queries) SecretCheckReplace(ctx context.Context, params *db.SecretCheckParams) error {
+	return failed("replacing the secret's check value", sqlc.SecretCheckReplace(ctx, q.dbtx, dbsqlc.SecretCheckReplaceParams{CheckValue: params.CheckValue, Now: us(params.Now)}))
 }
 
 // failed says what failed, its error converted to db's; nil stays nil.

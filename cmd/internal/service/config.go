@@ -20,9 +20,11 @@ const (
 	EngineSQLite   = "sqlite"
 )
 
-// Mailers MAILER can select.
+// Mailers MAILER can name: resend and smtp, alone or in a failover order (resend,smtp); log
+// alone; none alone.
 const (
 	MailerResend = "resend"
+	MailerSMTP   = "smtp"
 	MailerLog    = "log"
 	MailerNone   = "none"
 )
@@ -62,11 +64,19 @@ type Config struct {
 	// generated one in PATH.secret beside the database.
 	AppSecret []byte
 
-	ResendAPIKey    string
-	ResendFromEmail string
-	ResendBaseURL   string
-	ResendMaxRPS    float64
-	Mailer          string // MailerResend, MailerLog or MailerNone
+	ResendAPIKey  string
+	ResendBaseURL string
+	ResendMaxRPS  float64
+
+	// Mailers is MAILER: the providers in failover order (MailerResend, MailerSMTP), or
+	// MailerLog alone; empty for MAILER=none.
+	Mailers []string
+	// MailFrom is the sender of every mail, whichever provider sends it: MAIL_FROM, or
+	// RESEND_FROM_EMAIL when unset.
+	MailFrom string
+	// SMTPURL is SMTP_URL, parsed; nil when unset. SMTPMaxRPS is SMTP_MAX_RPS.
+	SMTPURL    *mail.SMTPURL
+	SMTPMaxRPS float64
 
 	TrustedProxies []netip.Prefix
 	Rules          abuse.Rules
