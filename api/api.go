@@ -41,6 +41,10 @@ import (
 // MaxBodyBytes is the largest request body accepted; a larger one is answered 413.
 const MaxBodyBytes = 64 << 10
 
+// defaultAppURL is APP_URL's default, the base of the built-in pages' links when Config has
+// neither a Renderer nor an AppURL.
+const defaultAppURL = "http://localhost:8080"
+
 // Config holds a router's dependencies. Store, Limiter and Secret are required by New;
 // HealthRouter needs only Store, MetricsRouter nothing. Everything else has a default.
 type Config struct {
@@ -70,8 +74,14 @@ type Config struct {
 	AppURL string
 
 	// AppName is the product name (APP_NAME) in the title and heading of the service's HTML
-	// pages. Default mail.DefaultAppName.
+	// pages, when Renderer is nil. Default mail.DefaultAppName.
 	AppName string
+
+	// Renderer renders the service's HTML pages (mail.Pages) in the locales that have templates:
+	// the one the mail is rendered with, so that pages and mail share their templates directory,
+	// locales and brand. nil means the built-in templates, branded AppName, on AppURL (or APP_URL's
+	// default when AppURL is unset).
+	Renderer *mail.Renderer
 
 	// Logger receives the access log and error logs; slog.Default() when nil.
 	Logger *slog.Logger
@@ -138,10 +148,12 @@ type server struct {
 	ips     *abuse.IPResolver
 	secret  []byte
 	appName string
-	logger  *slog.Logger
-	now     func() time.Time
-	hasher  PasswordHasher
-	metrics *httpMetrics
+	// renderer renders the pages (New's router only).
+	renderer *mail.Renderer
+	logger   *slog.Logger
+	now      func() time.Time
+	hasher   PasswordHasher
+	metrics  *httpMetrics
 
 	// webhooks checks the signatures of Resend's webhooks; nil when RESEND_WEBHOOK_SECRET is
 	// unset. events counts their events.
@@ -207,9 +219,17 @@ func New(config *Config) (*gin.Engine, error) {
 		}
 		s.appOrigin = origin
 	}
+	s.renderer = config.Renderer
+	if s.renderer == nil {
+		if s.renderer, err = mail.NewRenderer(&mail.RendererConfig{AppName: config.AppName, AppURL: cmp.Or(config.AppURL, defaultAppURL)}); err != nil {
+			return nil, fmt.Errorf("api: the built-in pages: %w", err)
+		}
+	}
+	s.appName = s.renderer.AppName()
 
 	v1 := engine.Group("/v1", s.requestDeadline)
 	v1.POST("/auth/register", s.handle(s.register))
+	get(v1, "/auth/forgot-password", s.handle(s.forgotPasswordPage))
 	v1.POST("/auth/forgot-password", s.handle(s.forgotPassword))
 	v1.POST("/auth/resend-verification", s.handle(s.resendVerification))
 	get(v1, "/auth/verify-email", s.handle(s.verifyEmailPage))

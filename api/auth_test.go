@@ -366,7 +366,8 @@ func insertUser(t testing.TB, store db.Store, email string, verified bool) *db.U
 	user, err := store.UserInsert(t.Context(), &db.UserInsertParams{Email: email, PasswordHash: "$argon2id$v=19$m=19456,t=2,p=1$x$y", Now: time.Now()})
 	require.NoError(t, err)
 	if verified {
-		require.NoError(t, store.UserMarkEmailVerified(t.Context(), user.ID, time.Now()))
+		_, err = store.UserMarkEmailVerified(t.Context(), user.ID, time.Now())
+		require.NoError(t, err)
 		user, err = store.UserGetByID(t.Context(), user.ID)
 		require.NoError(t, err)
 	}

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"regexp"
 	"slices"
 	"strconv"
@@ -28,19 +29,24 @@ var devMailTemplates = template.Must(template.New("devmail").Parse(devMailHTML))
 
 // devMailCSP is the Content-Security-Policy of /dev/mail. The mail's HTML is shown in an iframe
 // of the page (srcdoc, sandboxed: no script, no form, an origin of its own) and inherits this
-// policy: no script anywhere, no request to any other site (a mail's images do not load), and no
-// framing of the page itself.
-const devMailCSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; frame-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+// policy: no script anywhere, no request to any other site but APP_LOGO_URL's (a mail's other
+// images do not load), and no framing of the page itself. %s is the logo's origin, or nothing.
+const devMailCSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:%s; frame-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 
-// mountDevMail adds /dev/mail: the log mailer's outbox as a person would see it. Its pages
-// hold live reset links, so every path under it answers only a request from this machine
-// (localRequest): any other gets the 404 of an unmounted route, whatever its method
-// (methodNotAllowed keeps that for the methods the pages do not take), so that nobody else can
-// even tell it is there.
+// mountDevMail adds /dev/mail: the log mailer's outbox as a person would see it, and the start
+// page at / that links it. Its pages hold live reset links, so every path under it, and /,
+// answers only a request from this machine (localRequest): any other gets the 404 of an
+// unmounted route, whatever its method (methodNotAllowed keeps that for the methods the pages do
+// not take), so that nobody else can even tell it is there.
 func (s *server) mountDevMail(engine *gin.Engine, outbox *mail.Outbox) {
 	s.devMail = true
+	logo := ""
+	if u, err := url.Parse(s.renderer.LogoURL()); err == nil && u.Host != "" {
+		logo = " " + u.Scheme + "://" + strings.ToLower(u.Host) // checked by the renderer
+	}
+	csp := fmt.Sprintf(devMailCSP, logo)
 	get(engine, "/dev/mail", s.handle(devMailOnly(func(c *gin.Context) error {
-		return s.renderDevMail(c, "list", map[string]any{"Title": "Mail", "Mails": outbox.List()})
+		return s.renderDevMail(c, csp, "list", map[string]any{"Title": "Mail", "Mails": outbox.List()})
 	})))
 	get(engine, "/dev/mail/:id", s.handle(devMailOnly(func(c *gin.Context) error {
 		m, ok := outbox.Get(pathParam(c, "id"))
@@ -51,13 +57,14 @@ func (s *server) mountDevMail(engine *gin.Engine, outbox *mail.Outbox) {
 		for _, name := range slices.Sorted(maps.Keys(m.Message.Headers)) {
 			headers = append(headers, devMailHeader{Name: name, Value: m.Message.Headers[name]})
 		}
-		return s.renderDevMail(c, "mail", map[string]any{
+		return s.renderDevMail(c, csp, "mail", map[string]any{
 			"Title":   m.Message.Subject,
 			"Mail":    m,
 			"Headers": headers,
 			"Text":    linkify(m.Message.Text),
 		})
 	})))
+	get(engine, "/", s.handle(devMailOnly(s.startPage)))
 }
 
 // devMailOnly is a page of /dev/mail behind its gate: a request that is not local answers
@@ -71,11 +78,11 @@ func devMailOnly(page handlerFunc) handlerFunc {
 	}
 }
 
-// isDevMailPath says r's path is one of /dev/mail's routes (the router has matched it to one
-// already, for another method; see methodNotAllowed).
+// isDevMailPath says r's path is one of /dev/mail's routes, or the start page's (the router has
+// matched it to one already, for another method; see methodNotAllowed).
 func isDevMailPath(r *http.Request) bool {
 	path := r.URL.EscapedPath()
-	return path == "/dev/mail" || strings.HasPrefix(path, "/dev/mail/")
+	return path == "/" || path == "/dev/mail" || strings.HasPrefix(path, "/dev/mail/")
 }
 
 // localRequest says r came from this machine and was addressed to it by a loopback name: its
@@ -120,7 +127,7 @@ type devMailHeader struct{ Name, Value string }
 
 // renderDevMail answers a page of /dev/mail. Its mails hold live tokens: the page is not cached,
 // sends no referrer, and may not be framed.
-func (s *server) renderDevMail(c *gin.Context, name string, data map[string]any) error {
+func (s *server) renderDevMail(c *gin.Context, csp, name string, data map[string]any) error {
 	data["AppName"] = s.appName
 	data["Size"] = mail.DefaultOutboxSize
 	var buf bytes.Buffer
@@ -131,7 +138,7 @@ func (s *server) renderDevMail(c *gin.Context, name string, data map[string]any)
 	h.Set("Cache-Control", "no-store")
 	h.Set("Referrer-Policy", "no-referrer")
 	h.Set("X-Frame-Options", "DENY")
-	h.Set("Content-Security-Policy", devMailCSP)
+	h.Set("Content-Security-Policy", csp)
 	c.Data(http.StatusOK, "text/html; charset=utf-8", buf.Bytes())
 	return nil
 }

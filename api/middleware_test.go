@@ -9,10 +9,12 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gin-gonic/gin"
 	"github.com/stretchr/testify/require"
 
+	"github.com/postguard/postguard/db"
 	"github.com/postguard/postguard/tokens"
 )
 
@@ -190,6 +192,7 @@ func TestRouter_AccessLog(t *testing.T) {
 		token = "secretTokenValue1234567890abcdefghijklmnopq"
 		email = "logged-person@example.com"
 	)
+	insertToken(t, bundle.store, token, insertUser(t, bundle.store, uniqueEmail("logged"), false).ID, db.TokenPurposeVerify, time.Now().Add(time.Hour))
 
 	req := httptest.NewRequest(http.MethodGet, "/v1/auth/verify-email?token="+token, nil)
 	req.Header.Set(requestIDHeader, "access-log-test")

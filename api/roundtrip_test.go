@@ -5,9 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -16,6 +19,7 @@ import (
 	"github.com/postguard/postguard/db"
 	"github.com/postguard/postguard/db/dbtest"
 	"github.com/postguard/postguard/db/postgres"
+	"github.com/postguard/postguard/tokens"
 )
 
 // statementTracer records the SQL of every statement a pgx pool sends: what reaches the server,
@@ -104,6 +108,52 @@ func TestServer_RoundTrips(t *testing.T) {
 			}
 		})
 	}
+
+	// The pages are in their user's language at no round trip more: a link's page reads the
+	// locale with its token (one statement), and a form's answer with the statements its JSON
+	// twin sends anyway.
+	t.Run("Pages", func(t *testing.T) {
+		user := insertUser(t, bundle.store, uniqueEmail("pages"), false)
+		token := func(purpose db.TokenPurpose) string {
+			raw := tokens.New()
+			insertToken(t, bundle.store, raw, user.ID, purpose, time.Now().Add(time.Hour))
+			tracer.take()
+			return raw
+		}
+		unsubscribe := "/v1/unsubscribe?token=" + url.QueryEscape(tokens.Unsubscribe(testSecret, user.ID))
+
+		for _, tt := range []struct {
+			path string
+			want string
+		}{
+			{"/v1/auth/verify-email?token=" + token(db.TokenPurposeVerify), "-- name: EmailTokenLookup :one"},
+			{"/v1/auth/reset-password?token=" + token(db.TokenPurposeReset), "-- name: EmailTokenLookup :one"},
+			{unsubscribe, "-- name: UserGetByID :one"},
+		} {
+			rec := serve(t, bundle.router, httptest.NewRequest(http.MethodGet, tt.path, nil))
+			require.Equal(t, http.StatusOK, rec.Code, tt.path)
+			require.Equal(t, []string{tt.want}, firstLines(tracer.take()), tt.path)
+		}
+
+		// sent is what one request sent, by sqlc name.
+		sent := func(req *http.Request, status int) []string {
+			rec := serve(t, bundle.router, req)
+			require.Equal(t, status, rec.Code, rec.Body.String())
+			return firstLines(tracer.take())
+		}
+		verify, verifyForm := token(db.TokenPurposeVerify), token(db.TokenPurposeVerify)
+		require.Equal(t,
+			sent(jsonRequest(t, "/v1/auth/verify-email", map[string]string{"token": verify}), http.StatusNoContent),
+			sent(formRequest("/v1/auth/verify-email", url.Values{"token": {verifyForm}}), http.StatusOK))
+		// (A reset spends the user's other reset tokens: each token is made just before its use.)
+		resetJSON := sent(jsonRequest(t, "/v1/auth/reset-password", map[string]string{"token": token(db.TokenPurposeReset), "password": "a new password"}), http.StatusNoContent)
+		resetForm := sent(formRequest("/v1/auth/reset-password", url.Values{"token": {token(db.TokenPurposeReset)}, "password": {"a new password"}}), http.StatusOK)
+		require.Equal(t, resetJSON, resetForm)
+		require.Equal(t, []string{"-- name: UserUnsubscribe :one"},
+			sent(formRequest(unsubscribe, url.Values{"List-Unsubscribe": {"One-Click"}}), http.StatusOK))
+		require.Equal(t, []string{"-- name: RateLimitCounterConsumeChain :one"},
+			sent(formRequest("/v1/auth/forgot-password", url.Values{"email": {uniqueEmail("nobody")}}), http.StatusOK))
+	})
 
 	t.Run("LimitsSpend", func(t *testing.T) {
 		req := limitsRequestOf(t, http.MethodPost, "/v1/limits/login", `{"ip":"203.0.113.9","key":"account-1"}`)

@@ -18,12 +18,14 @@ type Queries interface {
 	UserGetByEmail(ctx context.Context, email string) (*User, error)
 	// UserGetByID finds a user by id; ErrNotFound when there is none.
 	UserGetByID(ctx context.Context, id int64) (*User, error)
-	// UserMarkEmailVerified records the first verification; ErrNotFound for an unknown user.
-	UserMarkEmailVerified(ctx context.Context, id int64, now time.Time) error
+	// UserMarkEmailVerified records the first verification and returns the user's locale;
+	// ErrNotFound for an unknown user.
+	UserMarkEmailVerified(ctx context.Context, id int64, now time.Time) (locale string, err error)
 	// UserSetPassword replaces the password hash and marks the email verified.
 	UserSetPassword(ctx context.Context, id int64, passwordHash string, now time.Time) error
-	// UserUnsubscribe records an unsubscribe; repeating it is harmless.
-	UserUnsubscribe(ctx context.Context, id int64, now time.Time) error
+	// UserUnsubscribe records an unsubscribe (repeating it is harmless) and returns the user's
+	// locale; ErrNotFound for an unknown user.
+	UserUnsubscribe(ctx context.Context, id int64, now time.Time) (locale string, err error)
 
 	// EmailTokenInsert stores a job's new token (its hash and sealed copy).
 	EmailTokenInsert(ctx context.Context, params *EmailTokenInsertParams) error
@@ -36,9 +38,10 @@ type Queries interface {
 	// EmailTokenConsume marks an unused, unexpired token of the purpose used and returns its user
 	// id; ErrNotFound when the token is unknown, of another purpose, expired or used.
 	EmailTokenConsume(ctx context.Context, tokenHash []byte, purpose TokenPurpose, now time.Time) (int64, error)
-	// EmailTokenLookup returns the user id of an unused, unexpired token of the purpose without
-	// using it; ErrNotFound when the token is unknown, of another purpose, expired or used.
-	EmailTokenLookup(ctx context.Context, tokenHash []byte, purpose TokenPurpose, now time.Time) (int64, error)
+	// EmailTokenLookup returns the user (its id and locale) of an unused, unexpired token of the
+	// purpose without using it, in one statement; ErrNotFound when the token is unknown, of
+	// another purpose, expired or used.
+	EmailTokenLookup(ctx context.Context, tokenHash []byte, purpose TokenPurpose, now time.Time) (*TokenOwner, error)
 	// EmailTokenInvalidateUser marks all of a user's unused tokens of a purpose used.
 	EmailTokenInvalidateUser(ctx context.Context, userID int64, purpose TokenPurpose, now time.Time) error
 	// EmailTokenDeleteExpired deletes up to max tokens that expired before before.

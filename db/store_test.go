@@ -354,16 +354,17 @@ func TestStore_EmailToken(t *testing.T) {
 			expiresAt := now.Add(time.Hour)
 			tokenInsert(ctx, t, bundle, "tok", db.TokenPurposeReset, expiresAt)
 			tokenInsert(ctx, t, bundle, "verify", db.TokenPurposeVerify, expiresAt)
+			want := &db.TokenOwner{UserID: bundle.user.ID, Locale: bundle.user.Locale}
 
 			for range 3 {
-				userID, err := bundle.store.EmailTokenLookup(ctx, tokenHash("tok"), db.TokenPurposeReset, now)
+				owner, err := bundle.store.EmailTokenLookup(ctx, tokenHash("tok"), db.TokenPurposeReset, now)
 				require.NoError(t, err)
-				require.Equal(t, bundle.user.ID, userID)
+				require.Equal(t, want, owner)
 			}
 			// Inside a transaction too.
 			require.NoError(t, bundle.store.InTx(ctx, func(ctx context.Context, tx db.Tx) error {
-				userID, err := tx.EmailTokenLookup(ctx, tokenHash("tok"), db.TokenPurposeReset, now)
-				require.Equal(t, bundle.user.ID, userID)
+				owner, err := tx.EmailTokenLookup(ctx, tokenHash("tok"), db.TokenPurposeReset, now)
+				require.Equal(t, want, owner)
 				return err
 			}))
 
@@ -379,16 +380,43 @@ func TestStore_EmailToken(t *testing.T) {
 				_, err := bundle.store.EmailTokenLookup(ctx, tokenHash(lookup.raw), lookup.purpose, lookup.at)
 				require.ErrorIs(t, err, db.ErrNotFound, name)
 			}
-			userID, err := bundle.store.EmailTokenLookup(ctx, tokenHash("tok"), db.TokenPurposeReset, expiresAt.Add(-time.Microsecond))
+			owner, err := bundle.store.EmailTokenLookup(ctx, tokenHash("tok"), db.TokenPurposeReset, expiresAt.Add(-time.Microsecond))
 			require.NoError(t, err)
-			require.Equal(t, bundle.user.ID, userID)
+			require.Equal(t, want, owner)
 
 			// The lookups used nothing: the token is consumed once, then no longer found.
-			userID, err = bundle.store.EmailTokenConsume(ctx, tokenHash("tok"), db.TokenPurposeReset, now)
+			userID, err := bundle.store.EmailTokenConsume(ctx, tokenHash("tok"), db.TokenPurposeReset, now)
 			require.NoError(t, err)
 			require.Equal(t, bundle.user.ID, userID)
 			_, err = bundle.store.EmailTokenLookup(ctx, tokenHash("tok"), db.TokenPurposeReset, now)
 			require.ErrorIs(t, err, db.ErrNotFound)
+		})
+
+		t.Run("LookupReadsTheUsersLocale", func(t *testing.T) {
+			t.Parallel()
+
+			bundle, ctx := setup(t)
+			amelie, err := bundle.store.UserInsert(ctx, &db.UserInsertParams{Email: "amelie@example.fr", PasswordHash: "hash", Locale: "fr-CA", Now: now})
+			require.NoError(t, err)
+			for raw, userID := range map[string]int64{"amelie": amelie.ID, "gone": amelie.ID + 1000} {
+				require.NoError(t, bundle.store.EmailTokenInsert(ctx, &db.EmailTokenInsertParams{
+					ExpiresAt: now.Add(time.Hour),
+					JobID:     userID,
+					Now:       now,
+					Purpose:   db.TokenPurposeVerify,
+					TokenHash: tokenHash(raw),
+					UserID:    userID,
+				}))
+			}
+
+			owner, err := bundle.store.EmailTokenLookup(ctx, tokenHash("amelie"), db.TokenPurposeVerify, now)
+			require.NoError(t, err)
+			require.Equal(t, &db.TokenOwner{UserID: amelie.ID, Locale: "fr-CA"}, owner)
+
+			// A token whose user is not in the users table (gone, or a host app's) is still found.
+			owner, err = bundle.store.EmailTokenLookup(ctx, tokenHash("gone"), db.TokenPurposeVerify, now)
+			require.NoError(t, err)
+			require.Equal(t, &db.TokenOwner{UserID: amelie.ID + 1000, Locale: ""}, owner)
 		})
 
 		t.Run("InvalidateUser", func(t *testing.T) {
@@ -2339,14 +2367,23 @@ func TestStore_User(t *testing.T) {
 
 			bundle, ctx := setup(t)
 
-			require.NoError(t, bundle.store.UserMarkEmailVerified(ctx, bundle.user.ID, now.Add(time.Minute)))
-			require.NoError(t, bundle.store.UserMarkEmailVerified(ctx, bundle.user.ID, now.Add(time.Hour)))
+			amelie, err := bundle.store.UserInsert(ctx, &db.UserInsertParams{Email: "amelie@example.fr", PasswordHash: "hash", Locale: "fr", Now: now})
+			require.NoError(t, err)
+			for _, at := range []time.Time{now.Add(time.Minute), now.Add(time.Hour)} {
+				locale, err := bundle.store.UserMarkEmailVerified(ctx, amelie.ID, at)
+				require.NoError(t, err)
+				require.Equal(t, "fr", locale, "the user's locale, for the page that says so")
+			}
 
-			user, err := bundle.store.UserGetByID(ctx, bundle.user.ID)
+			user, err := bundle.store.UserGetByID(ctx, amelie.ID)
 			require.NoError(t, err)
 			requireTimeEqual(t, now.Add(time.Minute), user.EmailVerifiedAt) // the first verification stays
+			other, err := bundle.store.UserGetByID(ctx, bundle.user.ID)
+			require.NoError(t, err)
+			require.Nil(t, other.EmailVerifiedAt, "another user's is untouched")
 
-			require.ErrorIs(t, bundle.store.UserMarkEmailVerified(ctx, bundle.user.ID+1000, now), db.ErrNotFound)
+			_, err = bundle.store.UserMarkEmailVerified(ctx, bundle.user.ID+1000, now)
+			require.ErrorIs(t, err, db.ErrNotFound)
 		})
 
 		t.Run("SetPassword", func(t *testing.T) {
@@ -2377,15 +2414,19 @@ func TestStore_User(t *testing.T) {
 
 			bundle, ctx := setup(t)
 
-			require.NoError(t, bundle.store.UserUnsubscribe(ctx, bundle.user.ID, now.Add(time.Minute)))
-			require.NoError(t, bundle.store.UserUnsubscribe(ctx, bundle.user.ID, now.Add(time.Hour)))
+			for _, at := range []time.Time{now.Add(time.Minute), now.Add(time.Hour)} {
+				locale, err := bundle.store.UserUnsubscribe(ctx, bundle.user.ID, at)
+				require.NoError(t, err)
+				require.Equal(t, bundle.user.Locale, locale)
+			}
 
 			user, err := bundle.store.UserGetByID(ctx, bundle.user.ID)
 			require.NoError(t, err)
 			requireTimeEqual(t, now.Add(time.Minute), user.UnsubscribedAt)
 			require.Nil(t, user.EmailVerifiedAt)
 
-			require.ErrorIs(t, bundle.store.UserUnsubscribe(ctx, bundle.user.ID+1000, now), db.ErrNotFound)
+			_, err = bundle.store.UserUnsubscribe(ctx, bundle.user.ID+1000, now)
+			require.ErrorIs(t, err, db.ErrNotFound)
 		})
 	})
 }

@@ -203,6 +203,14 @@ type EmailToken struct {
 	Sealed []byte
 }
 
+// TokenOwner is the user of a usable email token (EmailTokenLookup).
+type TokenOwner struct {
+	UserID int64
+	// Locale is the user's locale (User.Locale), "" when unknown or when the user is gone: the
+	// language of the pages the token's link opens.
+	Locale string
+}
+
 // EmailMessageInsertParams are the fields of a job's new message row.
 type EmailMessageInsertParams struct {
 	JobID          int64

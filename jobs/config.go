@@ -100,6 +100,9 @@ type Config struct {
 	Secret []byte
 	// AppURL is the base of the links in mail (APP_URL), e.g. https://example.com.
 	AppURL string
+	// LoginURL is where the welcome mail's button goes (APP_LOGIN_URL): the app's sign-in
+	// page. Default AppURL.
+	LoginURL string
 	// EmailWorkers is how many email jobs one process works at once (EMAIL_WORKERS).
 	EmailWorkers int
 	// JobTimeout bounds one attempt of a job (JOB_TIMEOUT).
@@ -203,7 +206,7 @@ func NewWorkers(deps *Deps, config *Config) (*Workers, error) {
 
 	m := &mailer{
 		jobTimeout: config.JobTimeout,
-		links:      &linkBuilder{appURL: config.AppURL, secret: config.Secret},
+		links:      &linkBuilder{appURL: config.AppURL, loginURL: cmp.Or(config.LoginURL, config.AppURL), secret: config.Secret},
 		logger:     logger,
 		metrics:    metrics,
 		nowFunc:    config.NowFunc,

@@ -107,8 +107,9 @@ func (w *emailWorker[T]) Work(ctx context.Context, job *river.Job[T]) error {
 
 // linkBuilder makes the links of the mail.
 type linkBuilder struct {
-	appURL string // without a trailing slash
-	secret []byte
+	appURL   string // without a trailing slash
+	loginURL string // the welcome's button
+	secret   []byte
 }
 
 func (l *linkBuilder) verifyURL(raw string) string {

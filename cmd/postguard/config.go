@@ -113,8 +113,9 @@ func loadConfig(environ []string) (*config, error) {
 	return cfg, nil
 }
 
-// loadMailConfig reads only what the mail's templates need (`postguard mail preview`): APP_NAME,
-// APP_URL, MAIL_TEMPLATES_DIR and DEFAULT_LOCALE, checked as a server checks them.
+// loadMailConfig reads only what the templates of the mail and the pages need (`postguard mail
+// preview`): APP_NAME, APP_URL, APP_LOGIN_URL, APP_BRAND_COLOR, APP_LOGO_URL, MAIL_TEMPLATES_DIR
+// and DEFAULT_LOCALE, checked as a server checks them.
 func loadMailConfig(environ []string) (*config, error) {
 	p := newEnvParser(environ)
 	cfg := &config{AppURL: p.appURL()}
@@ -268,10 +269,10 @@ func (p *envParser) metricsAddr() string {
 // maxAppNameLen bounds APP_NAME, in code points: it goes into every subject line.
 const maxAppNameLen = 100
 
-// mail reads APP_NAME, MAIL_TEMPLATES_DIR and DEFAULT_LOCALE, and builds the renderer from them
-// and cfg.AppURL: every template is loaded and rendered with sample data now, so that a template
-// that does not parse or names a field that does not exist stops the process at start, its file
-// named.
+// mail reads APP_NAME, APP_LOGIN_URL, APP_BRAND_COLOR, APP_LOGO_URL, MAIL_TEMPLATES_DIR and
+// DEFAULT_LOCALE, and builds the renderer of the mail and the pages from them and cfg.AppURL:
+// every template is loaded and rendered with sample data now, so that a template that does not
+// parse or names a field that does not exist stops the process at start, its file named.
 func (p *envParser) mail(cfg *config) {
 	errs := len(p.errs)
 	cfg.AppName = mail.DefaultAppName
@@ -296,6 +297,31 @@ func (p *envParser) mail(cfg *config) {
 		cfg.DefaultLocale = tag.String()
 	}
 
+	cfg.LoginURL = cfg.AppURL
+	if raw := p.getenv("APP_LOGIN_URL"); raw != "" {
+		u, err := url.Parse(raw)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			p.fail("APP_LOGIN_URL", "%q is not an absolute http(s) URL (where the pages send people next, e.g. https://app.example.com/login); unset, it is APP_URL", raw)
+		} else {
+			cfg.LoginURL = raw
+		}
+	}
+	cfg.BrandColor = mail.DefaultBrandColor
+	if raw := p.getenv("APP_BRAND_COLOR"); raw != "" {
+		if err := mail.CheckBrandColor(raw); err != nil {
+			p.fail("APP_BRAND_COLOR", "%v", err)
+		} else {
+			cfg.BrandColor = strings.ToLower(raw)
+		}
+	}
+	if raw := p.getenv("APP_LOGO_URL"); raw != "" {
+		if err := mail.CheckLogoURL(raw); err != nil {
+			p.fail("APP_LOGO_URL", "%v", err)
+		} else {
+			cfg.LogoURL = raw
+		}
+	}
+
 	cfg.MailTemplatesDir = p.getenv("MAIL_TEMPLATES_DIR")
 	if cfg.MailTemplatesDir != "" {
 		if info, err := os.Stat(cfg.MailTemplatesDir); err != nil || !info.IsDir() {
@@ -308,6 +334,9 @@ func (p *envParser) mail(cfg *config) {
 	renderer, err := mail.NewRenderer(&mail.RendererConfig{
 		AppName:       cfg.AppName,
 		AppURL:        cfg.AppURL,
+		LoginURL:      cfg.LoginURL,
+		BrandColor:    cfg.BrandColor,
+		LogoURL:       cfg.LogoURL,
 		TemplatesDir:  cfg.MailTemplatesDir,
 		DefaultLocale: cfg.DefaultLocale,
 	})

@@ -60,6 +60,34 @@ func TestLoadConfig(t *testing.T) {
 		require.Empty(t, cfg.MailTemplatesDir)
 		require.NotNil(t, cfg.Renderer)
 		require.Equal(t, []string{"en"}, cfg.Renderer.Locales())
+		require.Equal(t, "http://localhost:8080", cfg.LoginURL, "APP_LOGIN_URL defaults to APP_URL")
+		require.Equal(t, mail.DefaultBrandColor, cfg.BrandColor)
+		require.Empty(t, cfg.LogoURL)
+	})
+
+	t.Run("Brand", func(t *testing.T) {
+		t.Parallel()
+
+		cfg, err := loadConfig(envFunc(map[string]string{
+			"APP_URL":         "https://auth.acme.example",
+			"APP_LOGIN_URL":   "https://acme.example/login?next=%2F",
+			"APP_BRAND_COLOR": "#0F766E",
+			"APP_LOGO_URL":    "https://cdn.acme.example/logo.svg",
+		}))
+		require.NoError(t, err)
+		require.Equal(t, "https://acme.example/login?next=%2F", cfg.LoginURL)
+		require.Equal(t, "#0f766e", cfg.BrandColor)
+		require.Equal(t, "https://cdn.acme.example/logo.svg", cfg.LogoURL)
+
+		page, err := cfg.Renderer.RenderPageSample(mail.PagePasswordChanged, "")
+		require.NoError(t, err)
+		require.Contains(t, page.HTML, `href="https://acme.example/login?next=%2F"`)
+		require.Contains(t, page.HTML, "background: #0f766e;")
+		require.Contains(t, page.HTML, `src="https://cdn.acme.example/logo.svg" alt="postguard"`)
+		welcome, err := cfg.Renderer.RenderSample(mail.KindWelcome, "")
+		require.NoError(t, err)
+		require.Contains(t, welcome.HTML, "background-color:#0f766e;")
+		require.Contains(t, welcome.HTML, `src="https://cdn.acme.example/logo.svg"`)
 	})
 
 	t.Run("Mail", func(t *testing.T) {
@@ -299,6 +327,12 @@ func TestLoadConfig(t *testing.T) {
 		{"AppNameLong", map[string]string{"APP_NAME": strings.Repeat("a", 101)}, "APP_NAME"},
 		{"DefaultLocale", map[string]string{"DEFAULT_LOCALE": "english!"}, "DEFAULT_LOCALE"},
 		{"MailTemplatesDirMissing", map[string]string{"MAIL_TEMPLATES_DIR": "/nonexistent/postguard-mail"}, "MAIL_TEMPLATES_DIR"},
+		{"LoginURLRelative", map[string]string{"APP_LOGIN_URL": "/login"}, `invalid APP_LOGIN_URL: "/login" is not an absolute http(s) URL`},
+		{"LoginURLScript", map[string]string{"APP_LOGIN_URL": "javascript:alert(1)"}, "invalid APP_LOGIN_URL"},
+		{"BrandColorName", map[string]string{"APP_BRAND_COLOR": "teal"}, `invalid APP_BRAND_COLOR: "teal" is not a colour of the form #rrggbb`},
+		{"BrandColorTooLight", map[string]string{"APP_BRAND_COLOR": "#fde047"}, "invalid APP_BRAND_COLOR: #fde047 gives links a contrast of 1.31:1 on white, under the 4.5:1 that WCAG AA asks of text; a darker shade such as #867625 reaches it"},
+		{"LogoURLRelative", map[string]string{"APP_LOGO_URL": "logo.png"}, "invalid APP_LOGO_URL"},
+		{"LogoURLData", map[string]string{"APP_LOGO_URL": "data:image/png;base64,AAAA"}, "invalid APP_LOGO_URL"},
 	} {
 		t.Run("Invalid"+tt.name, func(t *testing.T) {
 			t.Parallel()

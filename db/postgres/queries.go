@@ -259,11 +259,14 @@ func (q *queries) EmailTokenInsert(ctx context.Context, params *db.EmailTokenIns
 }
 
 // EmailTokenLookup implements db.Queries.
-func (q *queries) EmailTokenLookup(ctx context.Context, tokenHash []byte, purpose db.TokenPurpose, now time.Time) (int64, error) {
-	userID, err := run(ctx, q, true, func(ctx context.Context) (int64, error) {
+func (q *queries) EmailTokenLookup(ctx context.Context, tokenHash []byte, purpose db.TokenPurpose, now time.Time) (*db.TokenOwner, error) {
+	row, err := run(ctx, q, true, func(ctx context.Context) (*dbsqlc.EmailTokenLookupRow, error) {
 		return sqlc.EmailTokenLookup(ctx, q.dbtx, dbsqlc.EmailTokenLookupParams{TokenHash: tokenHash, Purpose: purpose, Now: now})
 	})
-	return userID, wrap("looking up email token", err)
+	if err != nil {
+		return nil, wrap("looking up email token", err)
+	}
+	return &db.TokenOwner{UserID: row.UserID, Locale: row.Locale}, nil
 }
 
 // EmailTokenInvalidateUser implements db.Queries.
@@ -387,11 +390,11 @@ func (q *queries) UserInsert(ctx context.Context, params *db.UserInsertParams) (
 }
 
 // UserMarkEmailVerified implements db.Queries.
-func (q *queries) UserMarkEmailVerified(ctx context.Context, id int64, now time.Time) error {
-	n, err := run(ctx, q, false, func(ctx context.Context) (int64, error) {
+func (q *queries) UserMarkEmailVerified(ctx context.Context, id int64, now time.Time) (string, error) {
+	locale, err := run(ctx, q, false, func(ctx context.Context) (string, error) {
 		return sqlc.UserMarkEmailVerified(ctx, q.dbtx, dbsqlc.UserMarkEmailVerifiedParams{Now: now, ID: id})
 	})
-	return updated("marking email verified", n, err)
+	return locale, wrap("marking email verified", err)
 }
 
 // UserSetPassword implements db.Queries.
@@ -403,11 +406,11 @@ func (q *queries) UserSetPassword(ctx context.Context, id int64, passwordHash st
 }
 
 // UserUnsubscribe implements db.Queries.
-func (q *queries) UserUnsubscribe(ctx context.Context, id int64, now time.Time) error {
-	n, err := run(ctx, q, false, func(ctx context.Context) (int64, error) {
+func (q *queries) UserUnsubscribe(ctx context.Context, id int64, now time.Time) (string, error) {
+	locale, err := run(ctx, q, false, func(ctx context.Context) (string, error) {
 		return sqlc.UserUnsubscribe(ctx, q.dbtx, dbsqlc.UserUnsubscribeParams{Now: now, ID: id})
 	})
-	return updated("unsubscribing user", n, err)
+	return locale, wrap("unsubscribing user", err)
 }
 
 // counters runs the rate limiter's statements on the rate-limit pool (synchronous_commit off),

@@ -51,8 +51,9 @@ func (q *queries) UserGetByID(ctx context.Context, id int64) (*db.User, error) {
 }
 
 // UserMarkEmailVerified implements db.Queries.
-func (q *queries) UserMarkEmailVerified(ctx context.Context, id int64, now time.Time) error {
-	return mustUpdate(sqlc.UserMarkEmailVerified(ctx, q.dbtx, dbsqlc.UserMarkEmailVerifiedParams{ID: id, Now: us(now)}))("marking email verified")
+func (q *queries) UserMarkEmailVerified(ctx context.Context, id int64, now time.Time) (string, error) {
+	locale, err := sqlc.UserMarkEmailVerified(ctx, q.dbtx, dbsqlc.UserMarkEmailVerifiedParams{ID: id, Now: us(now)})
+	return locale, failed("marking email verified", err)
 }
 
 // UserSetPassword implements db.Queries.
@@ -61,8 +62,9 @@ func (q *queries) UserSetPassword(ctx context.Context, id int64, passwordHash st
 }
 
 // UserUnsubscribe implements db.Queries.
-func (q *queries) UserUnsubscribe(ctx context.Context, id int64, now time.Time) error {
-	return mustUpdate(sqlc.UserUnsubscribe(ctx, q.dbtx, dbsqlc.UserUnsubscribeParams{ID: id, Now: us(now)}))("unsubscribing user")
+func (q *queries) UserUnsubscribe(ctx context.Context, id int64, now time.Time) (string, error) {
+	locale, err := sqlc.UserUnsubscribe(ctx, q.dbtx, dbsqlc.UserUnsubscribeParams{ID: id, Now: us(now)})
+	return locale, failed("unsubscribing user", err)
 }
 
 func user(row *dbsqlc.User, err error, doing string) (*db.User, error) {
@@ -134,9 +136,12 @@ func (q *queries) EmailTokenConsume(ctx context.Context, tokenHash []byte, purpo
 }
 
 // EmailTokenLookup implements db.Queries.
-func (q *queries) EmailTokenLookup(ctx context.Context, tokenHash []byte, purpose db.TokenPurpose, now time.Time) (int64, error) {
-	userID, err := sqlc.EmailTokenLookup(ctx, q.dbtx, dbsqlc.EmailTokenLookupParams{TokenHash: tokenHash, Purpose: purpose, Now: us(now)})
-	return userID, failed("looking up email token", err)
+func (q *queries) EmailTokenLookup(ctx context.Context, tokenHash []byte, purpose db.TokenPurpose, now time.Time) (*db.TokenOwner, error) {
+	row, err := sqlc.EmailTokenLookup(ctx, q.dbtx, dbsqlc.EmailTokenLookupParams{TokenHash: tokenHash, Purpose: purpose, Now: us(now)})
+	if err != nil {
+		return nil, failed("looking up email token", err)
+	}
+	return &db.TokenOwner{UserID: row.UserID, Locale: row.Locale}, nil
 }
 
 // EmailTokenInvalidateUser implements db.Queries.

@@ -41,12 +41,19 @@ type Config struct {
 
 	// AppName is APP_NAME: the product name in mail and on the service's pages.
 	AppName string
+	// LoginURL is APP_LOGIN_URL (APP_URL when unset): where the pages send people next, and the
+	// welcome mail's button.
+	LoginURL string
+	// BrandColor and LogoURL are APP_BRAND_COLOR (#rrggbb, mail.DefaultBrandColor when unset)
+	// and APP_LOGO_URL ("" for none), which Renderer was built with.
+	BrandColor string
+	LogoURL    string
 	// MailTemplatesDir and DefaultLocale are MAIL_TEMPLATES_DIR and DEFAULT_LOCALE, which
 	// Renderer was built from.
 	MailTemplatesDir string
 	DefaultLocale    string
-	// Renderer renders the mail, built and checked where the configuration is read; nil means
-	// the built-in templates, branded postguard, on AppURL.
+	// Renderer renders the mail and the pages, built and checked where the configuration is
+	// read; nil means the built-in templates, branded postguard, on AppURL.
 	Renderer *mail.Renderer
 
 	// MetricsAddr is the listener of /metrics for serve and api; "" when METRICS_ADDR is off. A

@@ -139,6 +139,7 @@ func New(ctx context.Context, config *Config, logger *slog.Logger, role Role, op
 			&jobs.Config{
 				Secret:            secret,
 				AppURL:            config.AppURL,
+				LoginURL:          config.LoginURL,
 				EmailWorkers:      config.EmailWorkers,
 				JobTimeout:        config.JobTimeout,
 				RescueAfter:       config.JobRescueAfter,
@@ -285,6 +286,7 @@ func (s *Service) handler(secret []byte, opts *Opts) (http.Handler, error) {
 		Secret:          secret,
 		AppURL:          config.AppURL,
 		AppName:         config.AppName,
+		Renderer:        config.Renderer,
 		Logger:          s.Logger,
 		Registerer:      s.Registry,
 		Gatherer:        s.Registry,
