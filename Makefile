@@ -14,7 +14,7 @@ GO ?= go
 MODULES := . cmd
 TOOL := GOWORK=off $(GO) tool -modfile=$(CURDIR)/tools/go.mod
 
-.PHONY: run test generate lint lint-openapi bench fuzz load soak
+.PHONY: run test generate lint lint-openapi axe-core bench fuzz load soak
 
 run:
 	$(GO) run ./cmd/postguard serve
@@ -36,10 +36,17 @@ lint:
 	for m in $(MODULES); do (cd $$m && $(TOOL) golangci-lint run ./...) || exit 1; done
 
 # The OpenAPI document against Redocly's recommended rules (needs Node and the npm registry).
-# Its warnings are true of the service: GET routes with no 4xx answer, a redirect with no 2xx.
+# Its warnings are true of the service: GET and HEAD routes with no 4xx answer, a redirect with no 2xx.
 REDOCLY ?= npx -y @redocly/cli@2.77.0
 lint-openapi:
 	$(REDOCLY) lint --format=stylish api/openapi.yaml
+
+# axe-core, the accessibility engine the browser tests inject into every page and mail, at the
+# version and hash scripts/axe/package-lock.json pins, into scripts/axe/node_modules (not
+# committed). Needs Node and the npm registry; without it those tests skip (fail under CI=true).
+NPM ?= npm
+axe-core:
+	$(NPM) ci --prefix scripts/axe --no-audit --no-fund
 
 load:
 	$(GO) run ./cmd/postguard-load

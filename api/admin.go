@@ -47,8 +47,8 @@ var (
 // /v1/admin route is a 404, as any unknown path.
 func (s *server) mountAdmin(v1 *gin.RouterGroup, token string) {
 	admin := v1.Group("/admin", s.handle(adminAuth(token)))
-	admin.GET("/users/:id/messages", s.handle(s.adminUserMessages))
-	admin.GET("/suppressions", s.handle(s.adminSuppressions))
+	get(admin, "/users/:id/messages", s.handle(s.adminUserMessages))
+	get(admin, "/suppressions", s.handle(s.adminSuppressions))
 	admin.DELETE("/suppressions/:email", s.handle(s.adminDeleteSuppression))
 }
 
@@ -59,12 +59,19 @@ func adminAuth(token string) handlerFunc {
 }
 
 // adminMessage is one mail of a user as the admin API shows it: its kind, status and the time
-// of each status, the provider's id. Never its token, idempotency key or body.
+// of each status, the provider that accepted it and its id there. Never its token, idempotency
+// key or body.
 type adminMessage struct {
-	JobID      int64   `json:"job_id"`
-	Kind       string  `json:"kind"`
-	Status     string  `json:"status"`
+	JobID  int64  `json:"job_id"`
+	Kind   string `json:"kind"`
+	Status string `json:"status"`
+	// Provider is the provider that accepted the mail (resend, smtp, log); ProviderID its id
+	// there (Resend's email id, the SMTP Message-ID).
+	Provider   *string `json:"provider"`
 	ProviderID *string `json:"provider_id"`
+	// ProviderInDoubt is the provider an attempt handed the mail to without hearing whether it
+	// took it: the job's later attempts send there only.
+	ProviderInDoubt *string `json:"provider_in_doubt"`
 	// StatusAt is the time of the provider event that set Status; null while the status is
 	// postguard's own.
 	StatusAt     *time.Time   `json:"status_at"`
@@ -111,7 +118,7 @@ func adminSuppressionOf(suppression *db.EmailSuppression) *adminSuppression {
 // adminUserMessages is GET /v1/admin/users/{id}/messages: the user's newest mails with their
 // lifecycle, and whether the user's address is on the suppression list.
 func (s *server) adminUserMessages(c *gin.Context) error {
-	raw := c.Param("id")
+	raw := pathParam(c, "id")
 	id, err := strconv.ParseInt(raw, 10, 64)
 	if err != nil || id <= 0 || strconv.FormatInt(id, 10) != raw {
 		return errBadUserID
@@ -139,21 +146,23 @@ func (s *server) adminUserMessages(c *gin.Context) error {
 	out := make([]adminMessage, len(messages))
 	for i, m := range messages {
 		out[i] = adminMessage{
-			JobID:        m.JobID,
-			Kind:         m.Kind,
-			Status:       m.Status,
-			ProviderID:   m.ProviderID,
-			StatusAt:     m.StatusAt,
-			QueuedAt:     m.CreatedAt,
-			AcceptedAt:   m.AcceptedAt,
-			SentAt:       m.SentAt,
-			DeliveredAt:  m.DeliveredAt,
-			DelayedAt:    m.DelayedAt,
-			BouncedAt:    m.BouncedAt,
-			ComplainedAt: m.ComplainedAt,
-			SuppressedAt: m.SuppressedAt,
-			FailedAt:     m.FailedAt,
-			UpdatedAt:    m.UpdatedAt,
+			JobID:           m.JobID,
+			Kind:            m.Kind,
+			Status:          m.Status,
+			Provider:        m.Provider,
+			ProviderID:      m.ProviderID,
+			ProviderInDoubt: m.ProviderInDoubt,
+			StatusAt:        m.StatusAt,
+			QueuedAt:        m.CreatedAt,
+			AcceptedAt:      m.AcceptedAt,
+			SentAt:          m.SentAt,
+			DeliveredAt:     m.DeliveredAt,
+			DelayedAt:       m.DelayedAt,
+			BouncedAt:       m.BouncedAt,
+			ComplainedAt:    m.ComplainedAt,
+			SuppressedAt:    m.SuppressedAt,
+			FailedAt:        m.FailedAt,
+			UpdatedAt:       m.UpdatedAt,
 		}
 		if m.BounceType != nil || m.BounceSubType != nil {
 			out[i].Bounce = &adminBounce{Type: m.BounceType, SubType: m.BounceSubType}
@@ -206,23 +215,27 @@ func (s *server) adminSuppressions(c *gin.Context) error {
 }
 
 // formatCursor and parseCursor are the opaque cursor of a page of the suppression list: the
-// last entry's time (Unix microseconds) and hash, base64url.
+// last entry's time (Unix microseconds) and hash (hex), base64url. parseCursor takes only what
+// formatCursor writes: a time from the Unix epoch to firstPageBefore (the ones a suppression
+// can have, within what both engines store; PostgreSQL refuses a time before 4713 BC), in its
+// canonical decimal form, and a lowercase hash, so a tampered cursor is a 400, never a
+// database error.
 func formatCursor(at time.Time, hash []byte) string {
 	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(at.UnixMicro(), 10) + ":" + hex.EncodeToString(hash)))
 }
 
 func parseCursor(cursor string) (time.Time, []byte, bool) {
-	raw, err := base64.RawURLEncoding.DecodeString(cursor)
+	raw, err := base64.RawURLEncoding.Strict().DecodeString(cursor)
 	if err != nil {
 		return time.Time{}, nil, false
 	}
 	us, hexHash, found := strings.Cut(string(raw), ":")
 	micros, err := strconv.ParseInt(us, 10, 64)
-	if !found || err != nil {
+	if !found || err != nil || strconv.FormatInt(micros, 10) != us || micros < 0 || micros > firstPageBefore.UnixMicro() {
 		return time.Time{}, nil, false
 	}
 	hash, err := hex.DecodeString(hexHash)
-	if err != nil || len(hash) != sha256.Size {
+	if err != nil || len(hash) != sha256.Size || hex.EncodeToString(hash) != hexHash {
 		return time.Time{}, nil, false
 	}
 	return time.UnixMicro(micros).UTC(), hash, true
@@ -232,7 +245,7 @@ func parseCursor(cursor string) (time.Time, []byte, bool) {
 // everywhere, is taken off the suppression list, so mail flows to it again. 204 whether it was
 // on the list or not: the address is off it either way (the list says which beforehand).
 func (s *server) adminDeleteSuppression(c *gin.Context) error {
-	address, err := email.Normalize(c.Param("email"))
+	address, err := email.Normalize(pathParam(c, "email"))
 	if err != nil {
 		return errBadEmailPath
 	}

@@ -1,12 +1,14 @@
 package api
 
 import (
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -123,6 +125,8 @@ func TestAdmin_UserMessages(t *testing.T) {
 				TokenHash: tokens.Hash(rawToken), UserID: bundle.user.ID, Purpose: db.TokenPurposeReset, JobID: 77,
 				Sealed: []byte("sealed"), ExpiresAt: time.Now().Add(time.Hour), Now: time.Now(),
 			}))
+			smtp := "smtp" // an attempt handed it over and never heard back
+			require.NoError(t, store.EmailMessageSetProviderInDoubt(t.Context(), &db.EmailMessageSetProviderInDoubtParams{JobID: 77, Provider: &smtp, Now: time.Now()}))
 			_, err = store.EmailMessageMarkSuppressed(t.Context(), &db.EmailMessageMarkSuppressedParams{JobID: 78, Kind: "welcome_email", UserID: bundle.user.ID, IdempotencyKey: tokens.IdempotencyKey("welcome_email", bundle.user.ID), Now: time.Now().Add(2 * time.Second)})
 			require.NoError(t, err)
 
@@ -145,11 +149,15 @@ func TestAdmin_UserMessages(t *testing.T) {
 			require.Equal(t, int64(77), queued.JobID)
 			require.Equal(t, email.StatusQueued, queued.Status)
 			require.Nil(t, queued.AcceptedAt)
+			require.Nil(t, queued.Provider)
+			require.Equal(t, "smtp", *queued.ProviderInDoubt)
 
 			require.Equal(t, bundle.jobID, bounced.JobID)
 			require.Equal(t, "verification_email", bounced.Kind)
 			require.Equal(t, email.StatusBounced, bounced.Status)
 			require.Equal(t, bundle.delivery.ID, *bounced.ProviderID)
+			require.Equal(t, "resend", *bounced.Provider, "which provider took it")
+			require.Nil(t, bounced.ProviderInDoubt)
 			requireTime(t, bounceAt, bounced.StatusAt)
 			requireTime(t, bounceAt, bounced.BouncedAt)
 			require.NotNil(t, bounced.DeliveredAt)
@@ -280,6 +288,53 @@ func TestAdmin_Suppressions(t *testing.T) {
 			bundle := setup(t, newStore(t), &setupOpts{configFunc: adminConfig})
 			for _, query := range []string{"limit=0", "limit=1001", "limit=x", "limit=", "cursor=bm90IGEgY3Vyc29y", "cursor=" + formatCursor(time.Now(), []byte("short"))} {
 				decodeProblem(t, serve(t, bundle.router, adminRequest(http.MethodGet, "/v1/admin/suppressions?"+query)), http.StatusBadRequest)
+			}
+		})
+
+		// A cursor is opaque, but a client can send anything: a time no suppression can have
+		// (the third review's -210866803200000001 is a day before PostgreSQL's first, and was a
+		// 500 there), or a spelling of one that this API never gives, is a 400 on both engines.
+		t.Run("TamperedCursor", func(t *testing.T) {
+			t.Parallel()
+
+			bundle := setup(t, newStore(t), &setupOpts{configFunc: adminConfig})
+			suppressAddresses(t, bundle.store, "ada@example.com")
+			hash := strings.Repeat("ab", 32)
+			cursor := func(raw string) string { return base64.RawURLEncoding.EncodeToString([]byte(raw)) }
+			for _, bad := range []string{
+				cursor("-210866803200000001:" + hash),
+				cursor("-9223372036854775808:" + hash),
+				cursor("9223372036854775807:" + hash),
+				cursor("-1:" + hash),
+				cursor(strconv.FormatInt(firstPageBefore.UnixMicro()+1, 10) + ":" + hash),
+				cursor("9223372036854775808:" + hash),
+				cursor("+1700000000000000:" + hash),
+				cursor("01700000000000000:" + hash),
+				cursor(" 1700000000000000:" + hash),
+				cursor("1700000000000000:" + strings.ToUpper(hash)),
+				cursor("1700000000000000:" + hash[:62]),
+				cursor("1700000000000000:" + hash + "00"),
+				cursor("1700000000000000:" + hash + ":"),
+				cursor("1700000000000000" + hash),
+				cursor(":" + hash),
+				cursor("1.7e15:" + hash),
+				cursor("1700000000000000:" + hash)[:10] + "*",
+				cursor("1700000000000000:"+hash) + "=",
+				"",
+			} {
+				rec := serve(t, bundle.router, adminRequest(http.MethodGet, "/v1/admin/suppressions?cursor="+url.QueryEscape(bad)))
+				decodeProblem(t, rec, http.StatusBadRequest)
+			}
+
+			// The edges of the range are fine: nothing before the first time, everything before
+			// the last.
+			for raw, entries := range map[string]int{
+				"0:" + hash: 0,
+				strconv.FormatInt(firstPageBefore.UnixMicro(), 10) + ":" + hash: 1,
+			} {
+				var answer adminSuppressionsAnswer
+				decodeJSONAnswer(t, serve(t, bundle.router, adminRequest(http.MethodGet, "/v1/admin/suppressions?cursor="+cursor(raw))), http.StatusOK, &answer)
+				require.Len(t, answer.Suppressions, entries, raw)
 			}
 		})
 

@@ -43,6 +43,10 @@ import (
 // MaxBodyBytes is the largest request body accepted; a larger one is answered 413.
 const MaxBodyBytes = 64 << 10
 
+// defaultAppURL is APP_URL's default, the base of the built-in pages' links when Config has
+// neither a Renderer nor an AppURL.
+const defaultAppURL = "http://localhost:8080"
+
 // Config holds a router's dependencies. Store, Limiter and Secret are required by New;
 // HealthRouter needs only Store, MetricsRouter nothing. Everything else has a default.
 type Config struct {
@@ -71,8 +75,14 @@ type Config struct {
 	AppURL string
 
 	// AppName is the product name (APP_NAME) in the title and heading of the service's HTML
-	// pages. Default mail.DefaultAppName.
+	// pages, when Renderer is nil. Default mail.DefaultAppName.
 	AppName string
+
+	// Renderer renders the service's HTML pages (mail.Pages) in the locales that have templates:
+	// the one the mail is rendered with, so that pages and mail share their templates directory,
+	// locales and brand. nil means the built-in templates, branded AppName, on AppURL (or APP_URL's
+	// default when AppURL is unset).
+	Renderer *mail.Renderer
 
 	// Logger receives the access log and error logs; slog.Default() when nil.
 	Logger *slog.Logger
@@ -92,8 +102,9 @@ type Config struct {
 	RiverUIPassword string
 
 	// DevMail is the log mailer's outbox (MAILER=log). When set, /dev/mail shows its mails as a
-	// person would see them: a development tool, whose pages hold live tokens. nil means not
-	// mounted (404).
+	// person would see them: a development tool, whose pages hold live tokens, so it answers
+	// only a request whose TCP peer is a loopback address and whose Host names a loopback host
+	// (LoopbackHost); any other gets 404, as when it is not mounted. nil means not mounted.
 	DevMail *mail.Outbox
 
 	// HashConcurrency bounds concurrent argon2id hashes (each takes 19 MiB), so a burst of
@@ -138,10 +149,12 @@ type server struct {
 	ips     *abuse.IPResolver
 	secret  []byte
 	appName string
-	logger  *slog.Logger
-	now     func() time.Time
-	hasher  PasswordHasher
-	metrics *httpMetrics
+	// renderer renders the pages (New's router only).
+	renderer *mail.Renderer
+	logger   *slog.Logger
+	now      func() time.Time
+	hasher   PasswordHasher
+	metrics  *httpMetrics
 
 	// webhooks checks the signatures of Resend's webhooks; nil when RESEND_WEBHOOK_SECRET is
 	// unset. events counts their events.
@@ -152,6 +165,9 @@ type server struct {
 
 	// requestTimeout is Config.RequestTimeout (see requestDeadline).
 	requestTimeout time.Duration
+
+	// devMail says /dev/mail is mounted (Config.DevMail).
+	devMail bool
 
 	// appOrigin is AppURL's origin (normalizeOrigin), "" when AppURL is unset.
 	appOrigin string
@@ -198,16 +214,24 @@ func New(config *Config) (*gin.Engine, error) {
 		}
 		s.appOrigin = origin
 	}
+	s.renderer = config.Renderer
+	if s.renderer == nil {
+		if s.renderer, err = mail.NewRenderer(&mail.RendererConfig{AppName: config.AppName, AppURL: cmp.Or(config.AppURL, defaultAppURL)}); err != nil {
+			return nil, fmt.Errorf("api: the built-in pages: %w", err)
+		}
+	}
+	s.appName = s.renderer.AppName()
 
 	v1 := engine.Group("/v1", s.requestDeadline)
 	v1.POST("/auth/register", s.handle(s.register))
+	get(v1, "/auth/forgot-password", s.handle(s.forgotPasswordPage))
 	v1.POST("/auth/forgot-password", s.handle(s.forgotPassword))
 	v1.POST("/auth/resend-verification", s.handle(s.resendVerification))
-	v1.GET("/auth/verify-email", s.handle(s.verifyEmailPage))
+	get(v1, "/auth/verify-email", s.handle(s.verifyEmailPage))
 	v1.POST("/auth/verify-email", s.handle(s.verifyEmail))
-	v1.GET("/auth/reset-password", s.handle(s.resetPasswordPage))
+	get(v1, "/auth/reset-password", s.handle(s.resetPasswordPage))
 	v1.POST("/auth/reset-password", s.handle(s.resetPassword))
-	v1.GET("/unsubscribe", s.handle(s.unsubscribePage))
+	get(v1, "/unsubscribe", s.handle(s.unsubscribePage))
 	v1.POST("/unsubscribe", s.handle(s.unsubscribe))
 	if config.ResendWebhookSecret != "" {
 		if s.webhooks, err = mail.NewResendWebhookVerifier(config.ResendWebhookSecret); err != nil {
@@ -223,7 +247,7 @@ func New(config *Config) (*gin.Engine, error) {
 	}
 
 	s.mountHealth(engine)
-	engine.GET("/openapi.yaml", serveOpenAPI)
+	get(engine, "/openapi.yaml", serveOpenAPI)
 	if config.DevMail != nil {
 		s.mountDevMail(engine, config.DevMail)
 	}
@@ -341,7 +365,15 @@ func newServer(config *Config) (*server, *gin.Engine, error) {
 		return nil, nil, fmt.Errorf("error configuring trusted proxies: %w", err)
 	}
 	engine.ForwardedByClientIP = false
-	engine.RemoveExtraSlash = true
+	// Routes match the path as the client sent it (its escaped form), never a decoded or
+	// cleaned one: a proxy in front that keeps /v1/admin/ or /dev/mail private by matching raw
+	// paths sees the path the router sees. An encoded slash stays inside its segment, as data
+	// (a/b@example.com is an address), and no dot segment or doubled slash is resolved into
+	// another route (refuseDotSegments). Parameters are decoded by pathParam, since Gin's
+	// unescaping is a query's and would read "+" as a space.
+	engine.UseEscapedPath = true
+	engine.UnescapePathValues = false
+	engine.RemoveExtraSlash = false
 	// A redirect would turn a one-click unsubscribe POST into a GET, and a redirect answer is
 	// not part of the contract: a path that does not match is a 404 problem.
 	engine.RedirectTrailingSlash = false
@@ -352,19 +384,38 @@ func newServer(config *Config) (*server, *gin.Engine, error) {
 		s.requestID,
 		s.observe,
 		s.recoverer,
+		headWithoutBody,
+		s.refuseDotSegments,
 		s.limitBody,
 		securityHeaders,
 	)
 	engine.NoRoute(s.handle(func(*gin.Context) error { return errNotFound }))
-	engine.NoMethod(s.handle(func(*gin.Context) error { return errMethodNotAllowed }))
+	engine.NoMethod(s.handle(s.methodNotAllowed))
 
 	return s, engine, nil
 }
 
+// methodNotAllowed answers a request whose path has routes of other methods only: 405, with
+// the Allow header the router set; but a request for /dev/mail that is not local gets the 404
+// of an unknown path, as every other method does (see mountDevMail).
+func (s *server) methodNotAllowed(c *gin.Context) error {
+	if s.devMail && isDevMailPath(c.Request) && !localRequest(c.Request) {
+		c.Writer.Header().Del("Allow")
+		return errNotFound
+	}
+	return errMethodNotAllowed
+}
+
+// get adds a GET route and its HEAD twin, which answers what the GET would, without the body
+// (headWithoutBody): load balancers and uptime checks probe with HEAD.
+func get(routes gin.IRoutes, path string, handlers ...gin.HandlerFunc) {
+	routes.Match([]string{http.MethodGet, http.MethodHead}, path, handlers...)
+}
+
 // mountHealth adds /healthz and /readyz.
 func (s *server) mountHealth(engine *gin.Engine) {
-	engine.GET("/healthz", s.healthz)
-	engine.GET("/readyz", s.handle(s.readyz))
+	get(engine, "/healthz", s.healthz)
+	get(engine, "/readyz", s.handle(s.readyz))
 }
 
 // mountMetrics adds /metrics.
@@ -373,5 +424,5 @@ func (s *server) mountMetrics(engine *gin.Engine) {
 		ErrorLog:      slog.NewLogLogger(s.logger.Handler(), slog.LevelError),
 		ErrorHandling: promhttp.ContinueOnError,
 	})
-	engine.GET("/metrics", gin.WrapH(metrics))
+	get(engine, "/metrics", gin.WrapH(metrics))
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -17,6 +18,7 @@ import (
 	"github.com/postguard/postguard/email"
 	"github.com/postguard/postguard/internal/riverstore"
 	"github.com/postguard/postguard/jobs"
+	"github.com/postguard/postguard/jobs/mail"
 )
 
 // Field limits of the HTTP API (docs/api.md), counted in Unicode code points.
@@ -108,9 +110,12 @@ func (s *server) register(c *gin.Context) error {
 }
 
 // forgotPassword enqueues a password reset email when the email belongs to an account. The
-// answer is 202 with a constant body either way (see uniformAnswer).
+// answer is 202 with a constant body either way (see uniformAnswer); the form of GET
+// /v1/auth/forgot-password is answered with a page, the same either way too.
 func (s *server) forgotPassword(c *gin.Context) error {
-	return s.uniformAnswer(c, abuse.ActionForgotPassword, forgotPasswordAnswer, func(ctx context.Context, tx riverstore.Tx, user *db.User) error {
+	setFlow(c, mail.PageForgotPassword)
+	pages := &uniformPages{form: mail.PageForgotPassword, answer: mail.PageResetLinkSent}
+	return s.uniformAnswer(c, abuse.ActionForgotPassword, forgotPasswordAnswer, pages, func(ctx context.Context, tx riverstore.Tx, user *db.User) error {
 		if _, err := tx.JobInsert(ctx, jobs.PasswordResetEmailArgs{UserID: user.ID}, nil); err != nil {
 			return fmt.Errorf("error inserting password reset email job: %w", err)
 		}
@@ -121,7 +126,7 @@ func (s *server) forgotPassword(c *gin.Context) error {
 // resendVerification enqueues a verification email when the email belongs to an account not
 // verified yet. The answer is 202 with a constant body either way (see uniformAnswer).
 func (s *server) resendVerification(c *gin.Context) error {
-	return s.uniformAnswer(c, abuse.ActionResendVerification, resendVerificationAnswer, func(ctx context.Context, tx riverstore.Tx, user *db.User) error {
+	return s.uniformAnswer(c, abuse.ActionResendVerification, resendVerificationAnswer, nil, func(ctx context.Context, tx riverstore.Tx, user *db.User) error {
 		if user.EmailVerifiedAt != nil {
 			return nil
 		}
@@ -132,11 +137,21 @@ func (s *server) resendVerification(c *gin.Context) error {
 	})
 }
 
+// uniformPages are the pages of a uniformAnswer route that has a form: the form, shown again with
+// its error, and the answer.
+type uniformPages struct {
+	form, answer mail.Page
+}
+
 // uniformAnswer runs a route whose answer must not tell whether an email belongs to an account,
 // nor whether anyone asked about it lately: validate the body {"email"}, spend the rate-limit
 // allowance and, when every rule admitted, look the user up in the same round trip (see
 // allowQuietly), and, when found, call ifFound in a transaction. Every branch answers the same
 // status, headers and body (202, answer), and none returns early for an unknown or refused email.
+// A route with pages also takes its form: an address that does not parse shows the form again
+// with its error and the address as typed (422); every other answer is pages.answer (200), in the
+// browser's language (never the user's, which would tell that there is one), byte for byte the
+// same for every address.
 //
 // Timing: an unknown email costs one round trip (the checks and the lookup, one statement); a
 // known one adds a transaction with a job insert (a millisecond or so). The answer is held until
@@ -144,18 +159,34 @@ func (s *server) resendVerification(c *gin.Context) error {
 // difference with a wide margin; the per-IP and per-email limits leave an attacker very few
 // samples besides. Most requests of a flood are for unknown emails, so the lookup runs outside
 // the transaction; ifFound reads the user again inside it when it needs a consistent view.
-func (s *server) uniformAnswer(c *gin.Context, action abuse.Action, answer []byte, ifFound func(ctx context.Context, tx riverstore.Tx, user *db.User) error) error {
+func (s *server) uniformAnswer(c *gin.Context, action abuse.Action, answer []byte, pages *uniformPages, ifFound func(ctx context.Context, tx riverstore.Tx, user *db.User) error) error {
 	start := time.Now()
-	if _, err := bodyKindOf(c, false); err != nil {
+	kind, err := bodyKindOf(c, pages != nil)
+	if err != nil {
 		return err
 	}
-	var req emailRequest
-	if err := decodeJSON(c, &req); err != nil {
-		return err
+	var raw string
+	if kind == bodyJSON {
+		var req emailRequest
+		if err := decodeJSON(c, &req); err != nil {
+			return err
+		}
+		raw = req.Email
+	} else {
+		form, err := parseForm(c)
+		if err != nil {
+			return err
+		}
+		raw = form.Get("email")
 	}
 	var fieldErrs []fieldError
-	email := checkEmail(req.Email, &fieldErrs)
+	email := checkEmail(raw, &fieldErrs)
 	if len(fieldErrs) > 0 {
+		if kind == bodyForm {
+			return s.renderPage(c, http.StatusUnprocessableEntity, pages.form, &mail.PageData{
+				Email: raw, Errors: mail.FieldErrors{Email: fieldErrs[0].Detail},
+			})
+		}
 		return validationError(fieldErrs)
 	}
 
@@ -174,21 +205,29 @@ func (s *server) uniformAnswer(c *gin.Context, action abuse.Action, answer []byt
 	if err != nil {
 		return fmt.Errorf("error handling %s: %w", action, err)
 	}
+	if kind == bodyForm {
+		return s.renderPage(c, http.StatusOK, pages.answer, nil)
+	}
 	c.Data(http.StatusAccepted, mediaJSON, answer)
 	return nil
 }
 
-// allow spends one request of action for the client's IP and email. On a refusal it returns the
-// 429 problem; the RateLimit headers are set either way.
+// allow spends one request of action for the client's IP and email. The RateLimit headers
+// describe the client's own IP rule, whichever rule answered: an email's budget would tell the
+// client how often others tried that address lately. On a refusal, by either rule, it returns
+// the 429 problem with the refusing rule's Retry-After.
 func (s *server) allow(c *gin.Context, action abuse.Action, email string) error {
 	decision, err := s.spend(c, action, email)
 	if err != nil {
 		return err
 	}
-	decision.SetHeaders(c.Writer.Header())
+	if ip, ok := decision.Of(abuse.ScopeIP); ok {
+		ip.SetHeaders(c.Writer.Header())
+	}
 	if decision.Allowed {
 		return nil
 	}
+	c.Header("Retry-After", strconv.FormatInt(decision.RetryAfterSeconds(), 10))
 	return tooManyRequests(decision)
 }
 

@@ -152,7 +152,7 @@ func BenchmarkResendWebhook(b *testing.B) {
 					b.Fatal(err)
 				}
 				deliveries[i] = resendfake.Delivery{ID: fmt.Sprintf("re_bench_%d_%s", i, rand.Text()[:8]), To: []string{user.Email}, ReceivedAt: time.Now()}
-				if err := store.EmailMessageMarkAccepted(b.Context(), jobID, deliveries[i].ID, time.Now()); err != nil {
+				if err := store.EmailMessageMarkAccepted(b.Context(), &db.EmailMessageMarkAcceptedParams{JobID: jobID, Provider: "resend", ProviderID: deliveries[i].ID, Now: time.Now()}); err != nil {
 					b.Fatal(err)
 				}
 			}

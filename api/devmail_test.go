@@ -3,6 +3,7 @@ package api
 import (
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -38,6 +39,12 @@ func TestServer_DevMail(t *testing.T) {
 		IdempotencyKey: "welcome_email:1:0123",
 		Kind:           "welcome_email",
 	}
+	// local is a request from this machine to one of its names: the only kind /dev/mail answers.
+	local := func(method, path string) *http.Request {
+		req := httptest.NewRequest(method, path, nil)
+		req.RemoteAddr, req.Host = "127.0.0.1:50123", "localhost:8080"
+		return req
+	}
 	requireDevMailHeaders := func(t *testing.T, rec *httptest.ResponseRecorder) {
 		t.Helper()
 		require.Equal(t, "text/html; charset=utf-8", rec.Header().Get("Content-Type"))
@@ -50,14 +57,14 @@ func TestServer_DevMail(t *testing.T) {
 		t.Parallel()
 		bundle := setupDevMail(t)
 
-		rec := serve(t, bundle.router, httptest.NewRequest(http.MethodGet, "/dev/mail", nil))
+		rec := serve(t, bundle.router, local(http.MethodGet, "/dev/mail"))
 		require.Equal(t, http.StatusOK, rec.Code)
 		requireDevMailHeaders(t, rec)
 		require.Contains(t, rec.Body.String(), "No mail yet.")
 
 		bundle.outbox.Add("log_1", sentAt, welcome)
 		bundle.outbox.Add("log_2", sentAt.Add(time.Second), &mail.Message{To: "ada@example.com", Subject: "Verify your email address for Acme", Kind: "verification_email"})
-		rec = serve(t, bundle.router, httptest.NewRequest(http.MethodGet, "/dev/mail", nil))
+		rec = serve(t, bundle.router, local(http.MethodGet, "/dev/mail"))
 		require.Equal(t, http.StatusOK, rec.Code)
 		requireDevMailHeaders(t, rec)
 		body := rec.Body.String()
@@ -75,7 +82,7 @@ func TestServer_DevMail(t *testing.T) {
 		bundle := setupDevMail(t)
 		bundle.outbox.Add("log_1", sentAt, welcome)
 
-		rec := serve(t, bundle.router, httptest.NewRequest(http.MethodGet, "/dev/mail/log_1", nil))
+		rec := serve(t, bundle.router, local(http.MethodGet, "/dev/mail/log_1"))
 		require.Equal(t, http.StatusOK, rec.Code)
 		requireDevMailHeaders(t, rec)
 		body := rec.Body.String()
@@ -106,7 +113,7 @@ func TestServer_DevMail(t *testing.T) {
 		})
 
 		for _, path := range []string{"/dev/mail", "/dev/mail/log_1"} {
-			rec := serve(t, bundle.router, httptest.NewRequest(http.MethodGet, path, nil))
+			rec := serve(t, bundle.router, local(http.MethodGet, path))
 			require.Equal(t, http.StatusOK, rec.Code)
 			require.NotContains(t, rec.Body.String(), "<script>", path)
 			require.NotContains(t, rec.Body.String(), "<b>", path)
@@ -117,8 +124,78 @@ func TestServer_DevMail(t *testing.T) {
 		t.Parallel()
 		bundle := setupDevMail(t)
 
-		rec := serve(t, bundle.router, httptest.NewRequest(http.MethodGet, "/dev/mail/log_nope", nil))
+		rec := serve(t, bundle.router, local(http.MethodGet, "/dev/mail/log_nope"))
 		decodeProblem(t, rec, http.StatusNotFound)
+	})
+
+	// /dev/mail answers a request whose TCP peer is a loopback address and whose Host names a
+	// loopback host, and nothing else: another client (on the LAN, over IPv6, through a proxy
+	// that says the client is local) and a loopback client that a DNS-rebinding page drives
+	// (Host: evil.example) get the 404 of an unmounted route, on every path and method.
+	t.Run("OnlyFromThisMachine", func(t *testing.T) {
+		t.Parallel()
+		outbox := mail.NewOutbox(0)
+		bundle := newSQLiteBundle(t, &setupOpts{
+			trusted:    []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24"), netip.MustParsePrefix("fd00::/8")},
+			configFunc: func(config *Config) { config.DevMail = outbox },
+		})
+		unmounted := newSQLiteBundle(t, nil)
+		outbox.Add("log_1", sentAt, &mail.Message{To: "victim@example.com", Subject: "Reset your password", Text: "http://localhost:8080/v1/auth/reset-password?token=live", Kind: "password_reset_email"})
+
+		for _, tc := range []struct{ remote, host string }{
+			{"127.0.0.1:50123", "localhost:8080"},
+			{"127.0.0.1:50123", "localhost"},
+			{"127.0.0.1:50123", "127.0.0.1:8080"},
+			{"127.0.0.2:50123", "app.localhost:8080"},
+			{"[::1]:50123", "[::1]:8080"},
+			{"[::1]:50123", "[::1]"},
+			{"[::ffff:127.0.0.1]:50123", "LOCALHOST:8080"},
+		} {
+			for _, path := range []string{"/dev/mail", "/dev/mail/log_1"} {
+				req := httptest.NewRequest(http.MethodGet, path, nil)
+				req.RemoteAddr, req.Host = tc.remote, tc.host
+				rec := serve(t, bundle.router, req)
+				require.Equal(t, http.StatusOK, rec.Code, "%s from %s, Host %s", path, tc.remote, tc.host)
+				require.Contains(t, rec.Body.String(), "Reset your password")
+			}
+		}
+
+		for _, tc := range []struct {
+			name, remote, host, forwarded string
+		}{
+			{"LANPeer", "192.0.2.7:50123", "localhost:8080", ""},
+			{"IPv6Peer", "[fd00::2]:50123", "localhost:8080", ""},
+			{"IPv6PeerWithItsOwnHost", "[fd00::2]:50123", "[fd00::2]:8080", ""},
+			{"TrustedProxySaysLoopback", "192.0.2.7:50123", "localhost:8080", "127.0.0.1"},
+			{"TrustedIPv6ProxySaysLoopback", "[fd00::2]:50123", "localhost:8080", "::1"},
+			{"DNSRebinding", "127.0.0.1:50123", "evil.example", ""},
+			{"DNSRebindingWithPort", "127.0.0.1:50123", "evil.example:8080", ""},
+			{"LookalikeHost", "127.0.0.1:50123", "localhost.evil.example:8080", ""},
+			{"HostWithJunkPort", "127.0.0.1:50123", "localhost:8080@evil.example", ""},
+			{"NoHost", "[::1]:50123", "", ""},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				t.Parallel()
+				for _, method := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodDelete} {
+					for _, path := range []string{"/dev/mail", "/dev/mail/log_1", "/dev/mail/log_nope"} {
+						request := func() *http.Request {
+							req := httptest.NewRequest(method, path, nil)
+							req.RemoteAddr, req.Host = tc.remote, tc.host
+							if tc.forwarded != "" {
+								req.Header.Set("X-Forwarded-For", tc.forwarded)
+							}
+							return req
+						}
+						rec := serve(t, bundle.router, request())
+						want := serve(t, unmounted.router, request())
+						require.Equal(t, http.StatusNotFound, rec.Code, "%s %s from %s, Host %q", method, path, tc.remote, tc.host)
+						require.Equal(t, want.Body.String(), rec.Body.String(), "%s %s answers as if unmounted", method, path)
+						require.NotContains(t, rec.Body.String(), "Reset")
+						require.Empty(t, rec.Header().Get("Allow"))
+					}
+				}
+			})
+		}
 	})
 
 	// Without an outbox (any mailer but the log mailer, or a public APP_URL) there is no
@@ -128,7 +205,7 @@ func TestServer_DevMail(t *testing.T) {
 		bundle := newSQLiteBundle(t, nil)
 
 		for _, path := range []string{"/dev/mail", "/dev/mail/log_1"} {
-			rec := serve(t, bundle.router, httptest.NewRequest(http.MethodGet, path, nil))
+			rec := serve(t, bundle.router, local(http.MethodGet, path))
 			decodeProblem(t, rec, http.StatusNotFound)
 		}
 	})

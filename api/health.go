@@ -61,7 +61,7 @@ func serveOpenAPI(c *gin.Context) {
 // and HTTP basic auth (riverUIAuth). The handler gets the whole path (it was created with the
 // prefix /riverui).
 func (s *server) mountRiverUI(engine *gin.Engine, handler http.Handler, username, password string) {
-	engine.GET("/riverui", denyFraming, func(c *gin.Context) {
+	get(engine, "/riverui", denyFraming, func(c *gin.Context) {
 		c.Redirect(http.StatusMovedPermanently, "/riverui/")
 	})
 	engine.Any("/riverui/*path", denyFraming, s.handle(s.refuseCrossSite), s.handle(s.riverUIAuth(username, password)), gin.WrapH(handler))

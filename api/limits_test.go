@@ -1,22 +1,21 @@
 package api
 
 import (
-	"database/sql"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/riverqueue/river/riverdriver/riversqlite"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/postguard/postguard/api/abuse"
-	"github.com/postguard/postguard/db/sqlite"
+	"github.com/postguard/postguard/internal/bursttest"
 	"github.com/postguard/postguard/internal/dbtest"
 	"github.com/postguard/postguard/internal/riverstore"
 )
@@ -357,30 +356,13 @@ func TestServer_Limits(t *testing.T) {
 		t.Parallel()
 
 		// Another connection holds SQLite's write lock past the busy timeout.
-		ctx := t.Context()
-		path := filepath.Join(t.TempDir(), "busy.db")
-		engine, err := sqlite.NewEngine(ctx, path, &sqlite.Config{Logger: dbtest.Logger(t), BusyTimeout: 50 * time.Millisecond})
-		require.NoError(t, err)
-		store, _, err := riverstore.New(engine, riversqlite.New(engine.DB()), &riverstore.Config{Logger: dbtest.Logger(t)})
-		require.NoError(t, err)
-		t.Cleanup(func() { require.NoError(t, store.Close()) })
-		require.NoError(t, store.Migrate(ctx))
-		bundle, _ := limitsBundle(t, store)
-
-		other, err := sql.Open("sqlite", path)
-		require.NoError(t, err)
-		t.Cleanup(func() { other.Close() })
-		holder, err := other.Conn(ctx)
-		require.NoError(t, err)
-		t.Cleanup(func() { holder.Close() })
-		_, err = holder.ExecContext(ctx, "BEGIN IMMEDIATE")
-		require.NoError(t, err)
-
+		busy := newBusySQLite(t)
+		bundle, _ := limitsBundle(t, busy.store)
+		busy.lock(t)
 		requireOutage(t, bundle, spend(t, bundle, alice))
 		requireOutage(t, bundle, clear(t, bundle, alice))
 
-		_, err = holder.ExecContext(ctx, "ROLLBACK")
-		require.NoError(t, err)
+		busy.unlock(t)
 		decodeLimitsDecision(t, spend(t, bundle, alice))
 	})
 }
@@ -401,4 +383,302 @@ func TestNew_LimitsToken(t *testing.T) {
 	config.LimitsToken = strings.Repeat("t", MinLimitsTokenLen)
 	_, err = New(config)
 	require.NoError(t, err)
+}
+
+// hostLogin is a host app's login over the limits API, as README teaches it: spend first (a 429
+// checks no password), check the password (through check, then against right), and on a right
+// one clear the account, refund the IP and issue a device. It returns the login's status and, on
+// a success, the new device token.
+func hostLogin(t testing.TB, router http.Handler, ip, key, password, right, device string, check func(string)) (int, string) {
+	t.Helper()
+	spend := serve(t, router, limitsRequestOf(t, http.MethodPost, "/v1/limits/login", map[string]string{"ip": ip, "key": key, "device": device}))
+	switch spend.Code {
+	case http.StatusOK:
+	case http.StatusTooManyRequests:
+		return http.StatusTooManyRequests, ""
+	default:
+		t.Errorf("spend answered %d: %s", spend.Code, spend.Body.String())
+		return spend.Code, ""
+	}
+	if check != nil {
+		check(password)
+	}
+	if password != right {
+		return http.StatusUnauthorized, ""
+	}
+	for _, step := range []struct {
+		method, path string
+		body         map[string]string
+		want         int
+	}{
+		{http.MethodDelete, "/v1/limits/login", map[string]string{"key": key, "device": device}, http.StatusNoContent},
+		{http.MethodPost, "/v1/limits/login/refund", map[string]string{"ip": ip}, http.StatusNoContent},
+		{http.MethodPost, "/v1/limits/login/devices", map[string]string{"key": key}, http.StatusCreated},
+	} {
+		rec := serve(t, router, limitsRequestOf(t, step.method, step.path, step.body))
+		if rec.Code != step.want {
+			t.Errorf("%s %s answered %d: %s", step.method, step.path, rec.Code, rec.Body.String())
+			return rec.Code, ""
+		}
+		if step.want == http.StatusCreated {
+			var answer limitsDeviceAnswer
+			require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &answer))
+			device = answer.Device
+		}
+	}
+	return http.StatusOK, device
+}
+
+// requireSameAnswer checks two answers are the same: status, body and every header but the
+// request id, which is fresh in every answer.
+func requireSameAnswer(t *testing.T, want, got *httptest.ResponseRecorder, msgAndArgs ...any) {
+	t.Helper()
+	require.Equal(t, want.Code, got.Code, msgAndArgs...)
+	require.Equal(t, want.Body.String(), got.Body.String(), msgAndArgs...)
+	wantHeader, gotHeader := want.Header().Clone(), got.Header().Clone()
+	require.NotEmpty(t, gotHeader.Get(requestIDHeader))
+	wantHeader.Del(requestIDHeader)
+	gotHeader.Del(requestIDHeader)
+	require.Equal(t, wantHeader, gotHeader, msgAndArgs...)
+}
+
+func TestServer_LimitsLogin(t *testing.T) {
+	t.Parallel()
+
+	spend := func(t *testing.T, bundle *testBundle, body any) *httptest.ResponseRecorder {
+		t.Helper()
+		return serve(t, bundle.router, limitsRequestOf(t, http.MethodPost, "/v1/limits/login", body))
+	}
+
+	t.Run("BurstChecksAtMostTheLimit", func(t *testing.T) {
+		t.Parallel()
+
+		dbtest.Engines(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
+			bundle, _ := limitsBundle(t, newStore(t))
+			checker := bursttest.NewChecker()
+			burst := bursttest.Burst{Attempts: 200, Right: 137, Limit: 3}
+			result := checker.Run(t, burst, func(i int, password string) int {
+				status, _ := hostLogin(t, bundle.router, fmt.Sprintf("203.0.%d.%d", i/250, i%250+1), "account-42", password, bursttest.Password(burst.Right), "", checker.Check)
+				return status
+			})
+			require.LessOrEqual(t, result.Checks, burst.Limit, "passwords checked")
+			require.False(t, result.Found, "the right password was found")
+			require.Equal(t, map[int]int{http.StatusUnauthorized: burst.Limit, http.StatusTooManyRequests: burst.Attempts - burst.Limit}, result.Counts())
+		})
+	})
+
+	t.Run("ASuccessRefundsTheIP", func(t *testing.T) {
+		t.Parallel()
+
+		dbtest.Engines(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
+			bundle, _ := limitsBundle(t, newStore(t))
+			// The IP rule allows 10: 25 successes from one IP are never refused.
+			for i := range 25 {
+				status, _ := hostLogin(t, bundle.router, "198.51.100.7", "account-42", "right", "right", "", nil)
+				require.Equal(t, http.StatusOK, status, "success %d", i)
+			}
+			// 10 failures are (one account each, under the key's limit).
+			for i := range 10 {
+				status, _ := hostLogin(t, bundle.router, "198.51.100.7", fmt.Sprintf("account-%d", i), "wrong", "right", "", nil)
+				require.Equal(t, http.StatusUnauthorized, status, "failure %d", i)
+			}
+			requireRateLimited(t, spend(t, bundle, map[string]string{"ip": "198.51.100.7", "key": "account-99"}), "login-ip", 10)
+		})
+	})
+
+	t.Run("RefundIsTheCurrentWindowsAndNeverBelowZero", func(t *testing.T) {
+		t.Parallel()
+
+		dbtest.Engines(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
+			store := newStore(t)
+			bundle, clock := limitsBundle(t, store)
+			refund := func(body any) *httptest.ResponseRecorder {
+				return serve(t, bundle.router, limitsRequestOf(t, http.MethodPost, "/v1/limits/login/refund", body))
+			}
+			alice := map[string]string{"ip": "198.51.100.7", "key": "account-42"}
+
+			// Two in the window before, three in this one.
+			clock.Set(clock.Now().Add(-time.Minute))
+			for range 2 {
+				decodeLimitsDecision(t, spend(t, bundle, alice))
+			}
+			clock.Set(clock.Now().Add(2 * time.Minute))
+			for range 3 {
+				decodeLimitsDecision(t, spend(t, bundle, alice))
+			}
+			rec := refund(map[string]string{"key": "account-42"})
+			require.Equal(t, http.StatusNoContent, rec.Code, rec.Body.String())
+			require.Empty(t, rec.Body.String())
+			answer := decodeLimitsDecision(t, serve(t, bundle.router, limitsRequestOf(t, http.MethodPost, "/v1/limits/login?peek=true", alice)))
+			require.Equal(t, limitsAnswer{Allowed: true, Policy: "login-key", Limit: 3, Remaining: 1, ResetAfterSeconds: 840}, answer)
+
+			for range 5 {
+				require.Equal(t, http.StatusNoContent, refund(alice).Code)
+			}
+			answer = decodeLimitsDecision(t, serve(t, bundle.router, limitsRequestOf(t, http.MethodPost, "/v1/limits/login?peek=true", alice)))
+			require.Equal(t, int64(3), answer.Remaining, "never below zero")
+			for _, text := range counterTexts(t, store) {
+				require.NotContains(t, text, "|-", "no negative count")
+			}
+			clock.Set(clock.Now().Add(-2 * time.Minute))
+			answer = decodeLimitsDecision(t, serve(t, bundle.router, limitsRequestOf(t, http.MethodPost, "/v1/limits/login?peek=true", alice)))
+			require.Equal(t, int64(1), answer.Remaining, "the window before kept its two")
+		})
+	})
+
+	t.Run("TrustedDevices", func(t *testing.T) {
+		t.Parallel()
+
+		dbtest.Engines(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
+			bundle, clock := limitsBundle(t, newStore(t))
+			status, device := hostLogin(t, bundle.router, "198.51.100.7", "account-42", "right", "right", "", nil)
+			require.Equal(t, http.StatusOK, status)
+			require.NotEmpty(t, device)
+			_, spare := hostLogin(t, bundle.router, "198.51.100.7", "account-42", "right", "right", "", nil) // the owner's other browser
+
+			// 100 failures for the account from 50 IPs: the account is locked for unknown clients.
+			for i := range 100 {
+				status, _ := hostLogin(t, bundle.router, fmt.Sprintf("203.0.113.%d", i%50), "account-42", fmt.Sprintf("guess-%d", i), "right", "", nil)
+				require.Equal(t, i < 3, status == http.StatusUnauthorized, "attempt %d: %d", i, status)
+			}
+			none := spend(t, bundle, map[string]string{"ip": "198.51.100.8", "key": "account-42"})
+			requireRateLimited(t, none, "login-key", 3)
+			status, _ = hostLogin(t, bundle.router, "198.51.100.9", "account-42", "right", "right", "", nil)
+			require.Equal(t, http.StatusTooManyRequests, status, "an untrusted client is refused, right password or not")
+
+			// The owner's device logs in at once, and gets a fresh device.
+			status, device = hostLogin(t, bundle.router, "198.51.100.7", "account-42", "right", "right", device, nil)
+			require.Equal(t, http.StatusOK, status)
+
+			// A device locks itself after 3 failures of its own.
+			for i := range 3 {
+				status, _ := hostLogin(t, bundle.router, "198.51.100.7", "account-42", "wrong", "right", device, nil)
+				require.Equal(t, http.StatusUnauthorized, status, "failure %d", i)
+			}
+			status, _ = hostLogin(t, bundle.router, "198.51.100.7", "account-42", "right", "right", device, nil)
+			require.Equal(t, http.StatusTooManyRequests, status)
+
+			// Every token that does not stand is answered exactly as none: a spend and a peek.
+			_, otherAccount := hostLogin(t, bundle.router, "198.51.100.10", "account-7", "right", "right", "", nil)
+			raw, err := base64.RawURLEncoding.DecodeString(spare) // a device that stands, and has room
+			require.NoError(t, err)
+			raw[len(raw)-1] ^= 1
+			bad := map[string]string{
+				"Malformed":    "not-a-token",
+				"Forged":       base64.RawURLEncoding.EncodeToString(raw),
+				"OtherAccount": otherAccount,
+			}
+			requireAsNone := func(name, token string) {
+				t.Helper()
+				for _, path := range []string{"/v1/limits/login", "/v1/limits/login?peek=true"} {
+					want := serve(t, bundle.router, limitsRequestOf(t, http.MethodPost, path, map[string]string{"ip": "198.51.100.8", "key": "account-42"}))
+					got := serve(t, bundle.router, limitsRequestOf(t, http.MethodPost, path, map[string]string{"ip": "198.51.100.8", "key": "account-42", "device": token}))
+					requireSameAnswer(t, want, got, name+" "+path)
+				}
+			}
+			for name, token := range bad {
+				requireAsNone(name, token)
+			}
+
+			// Revoked: the owner's other browser stands until the account's devices are revoked.
+			answer := decodeLimitsDecision(t, serve(t, bundle.router, limitsRequestOf(t, http.MethodPost, "/v1/limits/login?peek=true", map[string]string{"ip": "198.51.100.8", "key": "account-42", "device": spare})))
+			require.Equal(t, int64(3), answer.Remaining)
+			rec := serve(t, bundle.router, limitsRequestOf(t, http.MethodDelete, "/v1/limits/login/devices", map[string]string{"key": "account-42"}))
+			require.Equal(t, http.StatusNoContent, rec.Code, rec.Body.String())
+			requireAsNone("Revoked", spare)
+			_, fresh := hostLogin(t, bundle.router, "198.51.100.11", "account-7", "right", "right", "", nil)
+			decodeLimitsDecision(t, spend(t, bundle, map[string]string{"ip": "198.51.100.8", "key": "account-7", "device": fresh}))
+
+			// Expired: the clock passes DEVICE_TOKEN_TTL; lock the account again in that window.
+			clock.Set(clock.Now().Add(abuse.DefaultDeviceTokenTTL))
+			for i := range 3 {
+				status, _ := hostLogin(t, bundle.router, fmt.Sprintf("203.0.113.%d", i), "account-7", "guess", "right", "", nil)
+				require.Equal(t, http.StatusUnauthorized, status)
+			}
+			for _, path := range []string{"/v1/limits/login", "/v1/limits/login?peek=true"} {
+				want := serve(t, bundle.router, limitsRequestOf(t, http.MethodPost, path, map[string]string{"ip": "198.51.100.8", "key": "account-7"}))
+				got := serve(t, bundle.router, limitsRequestOf(t, http.MethodPost, path, map[string]string{"ip": "198.51.100.8", "key": "account-7", "device": fresh}))
+				requireSameAnswer(t, want, got, "Expired "+path)
+			}
+
+			require.Equal(t, map[string]float64{"trusted": 2 + 3 + 1 + 1 + 1, "revoked": 2, "expired": 2, "forged": 4, "malformed": 2}, deviceTokens(t, bundle.registry, "login"))
+		})
+	})
+
+	t.Run("DevicesInvalidRequests", func(t *testing.T) {
+		t.Parallel()
+
+		bundle, _ := limitsBundle(t, dbtest.NewSQLite(t))
+		for _, tt := range []struct {
+			name   string
+			method string
+			path   string
+			body   string
+			status int
+		}{
+			{"IssueNoKey", http.MethodPost, "/v1/limits/login/devices", `{}`, 422},
+			{"IssueEmptyKey", http.MethodPost, "/v1/limits/login/devices", `{"key":""}`, 422},
+			{"IssueKeyTooLong", http.MethodPost, "/v1/limits/login/devices", `{"key":"` + strings.Repeat("k", 257) + `"}`, 422},
+			{"IssueNoKeyRule", http.MethodPost, "/v1/limits/newsletter/devices", `{"key":"k"}`, 422},
+			{"RevokeNoKeyRule", http.MethodDelete, "/v1/limits/newsletter/devices", `{"key":"k"}`, 422},
+			{"IssueUnknownField", http.MethodPost, "/v1/limits/login/devices", `{"key":"k","ip":"198.51.100.7"}`, 400},
+			{"IssueNotJSON", http.MethodPost, "/v1/limits/login/devices", `key=k`, 400},
+			{"IssueUnknownAction", http.MethodPost, "/v1/limits/logout/devices", `{"key":"k"}`, 404},
+			{"IssueBuiltInAction", http.MethodPost, "/v1/limits/register/devices", `{"key":"k"}`, 404},
+			{"RefundNothing", http.MethodPost, "/v1/limits/login/refund", `{}`, 422},
+			{"RefundUnusedOnly", http.MethodPost, "/v1/limits/login/refund", `{"email":"ada@example.com"}`, 422},
+			{"RefundBadIP", http.MethodPost, "/v1/limits/login/refund", `{"ip":"nope"}`, 422},
+			{"RefundBuiltInAction", http.MethodPost, "/v1/limits/register/refund", `{"ip":"198.51.100.7"}`, 404},
+			{"DeviceNotAString", http.MethodPost, "/v1/limits/login", `{"ip":"198.51.100.7","key":"k","device":5}`, 400},
+		} {
+			rec := serve(t, bundle.router, limitsRequestOf(t, tt.method, tt.path, tt.body))
+			decodeProblem(t, rec, tt.status)
+		}
+		require.Zero(t, bundle.consumer.calls.Load()+bundle.consumer.peeks.Load(), "a bad request touches no counter")
+
+		// A device of any shape is no device, never a 4xx.
+		for _, device := range []string{"x", strings.Repeat("A", 87), strings.Repeat("é", 1000)} {
+			decodeLimitsDecision(t, serve(t, bundle.router, limitsRequestOf(t, http.MethodPost, "/v1/limits/login", map[string]string{"ip": "198.51.100.7", "key": "k", "device": device})))
+		}
+
+		// Without the token: 401, as every limits route.
+		for _, path := range []string{"/v1/limits/login/refund", "/v1/limits/login/devices"} {
+			req := limitsRequestOf(t, http.MethodPost, path, `{"key":"k"}`)
+			req.Header.Del("Authorization")
+			decodeProblem(t, serve(t, bundle.router, req), http.StatusUnauthorized)
+		}
+	})
+
+	t.Run("Outage", func(t *testing.T) {
+		t.Parallel()
+
+		busy := newBusySQLite(t)
+		bundle, _ := limitsBundle(t, busy.store)
+		busy.lock(t)
+		requireOutage(t, bundle, serve(t, bundle.router, limitsRequestOf(t, http.MethodPost, "/v1/limits/login/refund", map[string]string{"ip": "198.51.100.7"})))
+		requireOutage(t, bundle, serve(t, bundle.router, limitsRequestOf(t, http.MethodDelete, "/v1/limits/login/devices", map[string]string{"key": "k"})))
+	})
+}
+
+// deviceTokens reads postguard_rate_limit_device_tokens_total of action, by outcome.
+func deviceTokens(t *testing.T, registry *prometheus.Registry, action string) map[string]float64 {
+	t.Helper()
+	families, err := registry.Gather()
+	require.NoError(t, err)
+	outcomes := map[string]float64{}
+	for _, family := range families {
+		if family.GetName() != "postguard_rate_limit_device_tokens_total" {
+			continue
+		}
+		for _, metric := range family.GetMetric() {
+			labels := map[string]string{}
+			for _, pair := range metric.GetLabel() {
+				labels[pair.GetName()] = pair.GetValue()
+			}
+			if labels["action"] == action {
+				outcomes[labels["outcome"]] = metric.GetCounter().GetValue()
+			}
+		}
+	}
+	return outcomes
 }

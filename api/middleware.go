@@ -8,8 +8,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -145,6 +147,87 @@ func (s *server) requestDeadline(c *gin.Context) {
 	defer cancel()
 	c.Request = c.Request.WithContext(ctx)
 	c.Next()
+}
+
+// headWithoutBody answers a HEAD request as the GET of its route would, without the body: the
+// handler writes its answer as for a GET, its body's bytes are counted and dropped, and the
+// answer's Content-Length says how many there were. net/http drops the body of a HEAD on the
+// wire anyway; this keeps it out of every other caller of the router too (httptest's).
+func headWithoutBody(c *gin.Context) {
+	if c.Request.Method != http.MethodHead {
+		c.Next()
+		return
+	}
+	w := &headWriter{ResponseWriter: c.Writer}
+	c.Writer = w
+	defer func() { c.Writer = w.ResponseWriter }()
+	c.Next()
+	if w.size > 0 && w.Header().Get("Content-Length") == "" {
+		w.Header().Set("Content-Length", strconv.Itoa(w.size))
+	}
+	w.ResponseWriter.WriteHeaderNow()
+}
+
+// headWriter is the writer of a HEAD request's handlers (headWithoutBody): it keeps the status
+// and headers they set, counts the body they write and sends none of it. The headers go out
+// once the handlers are done, so that Content-Length can be set.
+type headWriter struct {
+	gin.ResponseWriter
+
+	size    int
+	written bool
+}
+
+func (w *headWriter) Write(p []byte) (int, error) {
+	w.written = true
+	w.size += len(p)
+	return len(p), nil
+}
+
+func (w *headWriter) WriteString(s string) (int, error) {
+	w.written = true
+	w.size += len(s)
+	return len(s), nil
+}
+
+func (w *headWriter) WriteHeaderNow() { w.written = true }
+
+// Flush sends nothing: the headers leave when the handlers are done.
+func (w *headWriter) Flush() {}
+
+func (w *headWriter) Written() bool { return w.written || w.ResponseWriter.Written() }
+
+func (w *headWriter) Size() int {
+	if !w.Written() {
+		return -1
+	}
+	return w.size
+}
+
+// refuseDotSegments answers a request whose path holds a dot segment (".", "..", or either
+// percent-encoded) with the 404 of a path no route has. The router never resolves them (see
+// newServer), so such a path could only reach a route as a parameter's value, an address or
+// an id that it is not; refused here, it reaches no handler at all, River UI's included.
+func (s *server) refuseDotSegments(c *gin.Context) {
+	for segment := range strings.SplitSeq(c.Request.URL.EscapedPath(), "/") {
+		if decoded, err := url.PathUnescape(segment); err == nil && (decoded == "." || decoded == "..") {
+			s.writeError(c, errNotFound)
+			c.Abort()
+			return
+		}
+	}
+	c.Next()
+}
+
+// pathParam is the route parameter name, percent-decoded. Routes match the escaped path, so
+// Gin's parameters are as sent (a%2Fb@example.com); the escaped path is valid by construction,
+// so decoding cannot fail.
+func pathParam(c *gin.Context, name string) string {
+	raw := c.Param(name)
+	if decoded, err := url.PathUnescape(raw); err == nil {
+		return decoded
+	}
+	return raw
 }
 
 // limitBody caps the body at MaxBodyBytes: reading past it fails with *http.MaxBytesError, which

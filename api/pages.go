@@ -1,93 +1,106 @@
 package api
 
 import (
-	"bytes"
-	_ "embed"
-	"fmt"
-	"html/template"
 	"log/slog"
 	"net/http"
+	"time"
 
 	"github.com/gin-gonic/gin"
+
+	"github.com/postguard/postguard/jobs/mail"
 )
 
-// pagesHTML is the one template of the service's small HTML pages: the three forms that mail
-// links open, and the result or error page of a form post.
-//
-//go:embed pages.html
-var pagesHTML string
+// The service's HTML pages are the templates of mail.Renderer (MAIL_TEMPLATES_DIR's page_*.html
+// and the built-in ones): renderPage answers one, in the locale of the request (pageLocale), with
+// the headers every page carries.
 
-var pagesTemplate = template.Must(template.New("pages").Parse(pagesHTML))
-
-// Forms of pageData.Form; "" is a result page.
+// Context keys of a request's pages.
 const (
-	formVerify      = "verify"
-	formReset       = "reset"
-	formUnsubscribe = "unsubscribe"
+	// ctxKeyFlow is the page whose route the request is on (mail.Page): the error page says
+	// what to do next in its terms.
+	ctxKeyFlow = "postguard.page_flow"
+	// ctxKeyUserLocale is the locale of the user the request is about, once a handler knows it
+	// (from the token's user): its pages are in that user's language.
+	ctxKeyUserLocale = "postguard.user_locale"
 )
 
-// pageData fills pagesTemplate.
-type pageData struct {
-	// AppName is APP_NAME, in every page's title and heading; renderPage sets it.
-	AppName     string
-	Form        string
-	Title       string
-	Message     string
-	Errors      []string
-	Token       string
-	MinPassword int
-	MaxPassword int
+// tokenRouteCSP is the Content-Security-Policy of the answers of the routes whose URLs carry
+// tokens that are not pages (problems, 204s): nothing loads, nothing frames them. A page
+// replaces it with its own (mail.RenderedPage.CSP).
+const tokenRouteCSP = "default-src 'none'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'" //nolint:gosec // a policy, not a credential
+
+// setFlow records the page whose route the request is on, for the error page.
+func setFlow(c *gin.Context, page mail.Page) { c.Set(ctxKeyFlow, page) }
+
+func flowOf(c *gin.Context) mail.Page {
+	page, _ := c.Get(ctxKeyFlow)
+	flow, _ := page.(mail.Page)
+	return flow
 }
 
-// pageCSP is the Content-Security-Policy of the service's pages: no scripts or outside resources
-// (the pages use neither), forms posting only to the service itself, and no framing by any
-// other page (frame-ancestors; X-Frame-Options for older browsers), so that a site cannot
-// overlay a confirm button and have it clicked.
-const pageCSP = "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
+// setUserLocale records the locale of the user the request is about ("" when unknown).
+func setUserLocale(c *gin.Context, locale string) { c.Set(ctxKeyUserLocale, locale) }
 
-// renderPage answers status with the page, which no other page may frame.
-func (s *server) renderPage(c *gin.Context, status int, data *pageData) error {
-	data.AppName = s.appName
-	var buf bytes.Buffer
-	if err := pagesTemplate.Execute(&buf, data); err != nil {
-		return fmt.Errorf("error rendering page: %w", err)
+// pageLocale is the locale of the request's pages: its user's, when a handler found one (a
+// token's), else the best match of the browser's Accept-Language, else DEFAULT_LOCALE; always
+// one of the locales that have templates. A page about an email address (forgot-password) never
+// uses its user's: its answer must not tell whether the address has an account.
+func (s *server) pageLocale(c *gin.Context) string {
+	if locale := c.GetString(ctxKeyUserLocale); locale != "" {
+		return s.renderer.Match(locale)
+	}
+	return s.renderer.MatchAcceptLanguage(c.GetHeader("Accept-Language"))
+}
+
+// renderPage answers status with page, in the request's locale. Every page: not cached (a page
+// of a token holds it; the others are small and vary by language), its own
+// Content-Security-Policy (its styles by hash, the logo, forms to the service only, no framing)
+// and X-Frame-Options for older browsers, so that no site can overlay a confirm button and have
+// it clicked.
+func (s *server) renderPage(c *gin.Context, status int, page mail.Page, data *mail.PageData) error {
+	rendered, err := s.renderer.RenderPage(page, s.pageLocale(c), data)
+	if err != nil {
+		return err
 	}
 	h := c.Writer.Header()
+	h.Set("Cache-Control", "no-store")
+	h.Set("Content-Language", rendered.Locale)
+	h.Set("Content-Security-Policy", rendered.CSP)
 	h.Set("X-Frame-Options", "DENY")
-	h.Set("Content-Security-Policy", pageCSP)
-	c.Data(status, "text/html; charset=utf-8", buf.Bytes())
+	h.Add("Vary", "Accept-Language")
+	c.Data(status, "text/html; charset=utf-8", []byte(rendered.HTML))
 	return nil
 }
 
-// writeErrorPage answers e as an HTML page, for requests that came from the service's pages.
+// writeErrorPage answers e as the error page, for requests that came from the service's pages.
 func (s *server) writeErrorPage(c *gin.Context, e *Error) {
-	data := &pageData{Title: pageErrorTitle(e.Status), Message: e.Detail}
-	if fieldErrs, ok := e.Extra["errors"].([]fieldError); ok && len(fieldErrs) > 1 {
-		for _, fe := range fieldErrs {
-			data.Errors = append(data.Errors, fe.Detail)
-		}
+	data := &mail.PageData{Status: e.Status, Detail: e.Detail, Flow: flowOf(c)}
+	switch seconds := e.Extra["retry_after_seconds"].(type) {
+	case int64:
+		data.RetryAfter = time.Duration(seconds) * time.Second
+	case int:
+		data.RetryAfter = time.Duration(seconds) * time.Second
 	}
-	if err := s.renderPage(c, e.Status, data); err != nil {
-		// Unreachable with the embedded template; fall back to a problem.
+	if err := s.renderPage(c, e.Status, mail.PageError, data); err != nil {
+		// The templates were all rendered at start; fall back to a problem.
 		s.logger.ErrorContext(c.Request.Context(), "error rendering error page",
 			slog.String("request_id", requestIDOf(c)), slog.String("error", err.Error()))
 		writeProblem(c, e)
 	}
 }
 
-// pageErrorTitle is the heading of an error page: words for a person, where a problem has the
-// status phrase.
-func pageErrorTitle(status int) string {
-	switch {
-	case status == http.StatusBadRequest:
-		return "This link or form does not work"
-	case status == http.StatusUnprocessableEntity:
-		return "Please check the form"
-	case status == http.StatusTooManyRequests:
-		return "Too many attempts"
-	case status >= 500:
-		return "Something went wrong on our side"
-	default:
-		return http.StatusText(status)
-	}
+// forgotPasswordPage is the form that asks for a reset link; it posts to POST
+// /v1/auth/forgot-password, which answers it with a page, or shows it again with its error.
+func (s *server) forgotPasswordPage(c *gin.Context) error {
+	answerHTML(c)
+	setFlow(c, mail.PageForgotPassword)
+	return s.renderPage(c, http.StatusOK, mail.PageForgotPassword, nil)
+}
+
+// startPage is GET / where /dev/mail is served (development with the log mailer, to this
+// machine only; see mountDevMail): where a person trying postguard begins. Elsewhere / is not a
+// route (404).
+func (s *server) startPage(c *gin.Context) error {
+	answerHTML(c)
+	return s.renderPage(c, http.StatusOK, mail.PageStart, nil)
 }

@@ -230,3 +230,51 @@ func requireForgotLimited(t testing.TB, rec *httptest.ResponseRecorder) {
 	t.Helper()
 	requireRateLimited(t, rec, "forgot-password-ip", 3)
 }
+
+// TestServer_RegisterHeadersTellNoEmailBudget: register's RateLimit headers describe the
+// client's own IP rule only, as forgot-password's do. Three registrations of one address from
+// three IPs told the third client `"register-email";r=0`: that the address was tried twice in
+// the hour. The email rule's refusal stays a 429 (register says 409 for a taken address
+// anyway), with its Retry-After.
+func TestServer_RegisterHeadersTellNoEmailBudget(t *testing.T) {
+	t.Parallel()
+
+	dbtest.Engines(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
+		// The defaults: 5 per IP per 15 minutes, 3 per email per hour; a second into an hour,
+		// so each window's end is known.
+		rules := abuse.DefaultRules()
+		now := time.Now().Truncate(time.Hour).Add(time.Second)
+		bundle := setup(t, newStore(t), &setupOpts{rules: &rules, limiterNow: func() time.Time { return now }})
+
+		email := uniqueEmail("budget")
+		for i, want := range []int{http.StatusCreated, http.StatusConflict, http.StatusConflict, http.StatusTooManyRequests} {
+			req := jsonRequest(t, "/v1/auth/register", map[string]string{"email": email, "password": "correct horse battery"})
+			req.RemoteAddr = fmt.Sprintf("198.51.100.%d:40000", i+1)
+			rec := serve(t, bundle.router, req)
+			require.Equal(t, want, rec.Code, "registration %d: %s", i+1, rec.Body.String())
+
+			// Each IP's first request: its own budget, 4 of 5 left, whatever the email's.
+			require.Equal(t, `"register-ip";q=5;w=900`, rec.Header().Get("RateLimit-Policy"), "registration %d", i+1)
+			require.Equal(t, `"register-ip";r=4;t=899`, rec.Header().Get("RateLimit"), "registration %d", i+1)
+			for name, values := range rec.Header() {
+				for _, value := range values {
+					require.NotContains(t, value, "register-email", "%s of registration %d", name, i+1)
+				}
+			}
+			if rec.Code == http.StatusTooManyRequests {
+				problem := decodeProblem(t, rec, http.StatusTooManyRequests)
+				require.Equal(t, "3599", rec.Header().Get("Retry-After"), "the email rule's window (1 h), not the IP's")
+				require.EqualValues(t, 3599, problem["retry_after_seconds"])
+			} else {
+				require.Empty(t, rec.Header().Get("Retry-After"))
+			}
+		}
+		require.InDelta(t, 1, decisions(t, bundle.registry, "register", "email", "refused"), 0)
+
+		// The IP rule's own refusal: its headers, r=0, and its Retry-After.
+		ipRules := generousRules().With(abuse.Rule{Action: abuse.ActionRegister, Scope: abuse.ScopeIP, Limit: 1, Window: 15 * time.Minute})
+		bundle = setup(t, newStore(t), &setupOpts{rules: &ipRules})
+		require.Equal(t, http.StatusCreated, serve(t, bundle.router, jsonRequest(t, "/v1/auth/register", map[string]string{"email": uniqueEmail("ip"), "password": "correct horse battery"})).Code)
+		requireRateLimited(t, serve(t, bundle.router, jsonRequest(t, "/v1/auth/register", map[string]string{"email": uniqueEmail("ip"), "password": "correct horse battery"})), "register-ip", 1)
+	})
+}

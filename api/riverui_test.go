@@ -102,8 +102,7 @@ func TestServer_RiverUICrossSite(t *testing.T) {
 			before := stub.reached.Load()
 			peeksBefore, callsBefore := bundle.consumer.peeks.Load(), bundle.consumer.calls.Load()
 			req := riverUIRequest(tt.method, "/riverui/api/jobs/retry", cmpOr(tt.peer, "192.0.2.1:1234"), tt.header)
-			rec := httptest.NewRecorder() // River UI's own API: not in this contract
-			bundle.router.ServeHTTP(rec, req)
+			rec := serve(t, bundle.router, req)
 			decodeProblem(t, rec, http.StatusForbidden)
 			requireNoFraming(t, rec)
 			require.Equal(t, before, stub.reached.Load(), "River UI saw the request")
@@ -138,8 +137,7 @@ func TestServer_RiverUICrossSite(t *testing.T) {
 			if tt.host != "" {
 				req.Host = tt.host
 			}
-			rec := httptest.NewRecorder()
-			bundle.router.ServeHTTP(rec, req)
+			rec := serve(t, bundle.router, req)
 			require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
 			require.Equal(t, before+1, stub.reached.Load())
 			requireNoFraming(t, rec)

@@ -104,6 +104,11 @@ func TestServer_VerifyEmail(t *testing.T) {
 
 			rec = serve(t, b.router, multipartRequest(t, "/v1/auth/verify-email", url.Values{"token": {b.raw}}))
 			requireHTML(t, rec, http.StatusBadRequest, "invalid, has expired or has been used")
+
+			// A form without its token is a link that does not work, with the way on (JSON: 422).
+			rec = serve(t, b.router, formRequest("/v1/auth/verify-email", url.Values{}))
+			requireHTML(t, rec, http.StatusBadRequest, "This link or form does not work", "Sign in to ask for a new verification email.")
+			decodeProblem(t, serve(t, b.router, jsonRequest(t, "/v1/auth/verify-email", map[string]string{})), http.StatusUnprocessableEntity)
 		})
 
 		t.Run("Expired", func(t *testing.T) {
@@ -215,12 +220,33 @@ func TestServer_ResetPassword(t *testing.T) {
 			t.Parallel()
 			b := setupReset(t, valid())
 
-			rec := serve(t, b.router, formRequest("/v1/auth/reset-password", url.Values{"token": {b.raw}, "password": {newPassword}}))
-			requireHTML(t, rec, http.StatusOK, "Password changed")
+			// A short password: the form again, with its error beside the field and the token kept.
+			rec := serve(t, b.router, formRequest("/v1/auth/reset-password", url.Values{"token": {b.raw}, "password": {"short"}}))
+			requireHTML(t, rec, http.StatusUnprocessableEntity,
+				`<p class="field-error" id="password-error">Password must be at least 8 characters long.</p>`,
+				`aria-describedby="password-hint password-error" aria-invalid="true"`,
+				`<form method="post" action="reset-password" novalidate>`,
+				`name="token" value="`+b.raw+`"`)
+			require.NotContains(t, rec.Body.String(), "short", "the password is not shown again")
+			requireTokenPageHeaders(t, rec)
+			require.Equal(t, b.oldPassword, getUser(t, b.store, b.user.ID).PasswordHash)
+
+			rec = serve(t, b.router, formRequest("/v1/auth/reset-password", url.Values{"token": {b.raw}, "password": {newPassword}}))
+			requireHTML(t, rec, http.StatusOK, "Password changed", `<a class="button" href="http://localhost:8080">Sign in to postguard</a>`)
 			requireTokenPageHeaders(t, rec)
 
+			// A short password with a token that no longer works: the link's error, and the way on.
 			rec = serve(t, b.router, formRequest("/v1/auth/reset-password", url.Values{"token": {b.other}, "password": {"short"}}))
-			requireHTML(t, rec, http.StatusUnprocessableEntity, "at least 8 characters")
+			requireHTML(t, rec, http.StatusBadRequest, "This link or form does not work", `href="http://localhost:8080/v1/auth/forgot-password">Ask for a new link</a>`)
+
+			// Without a token, or with one that is not a token, the form cannot be shown again:
+			// the link's error too.
+			for _, token := range []string{"", "not a token"} {
+				rec = serve(t, b.router, formRequest("/v1/auth/reset-password", url.Values{"token": {token}, "password": {"short"}}))
+				requireHTML(t, rec, http.StatusBadRequest, "This link or form does not work", "Ask for a new link")
+			}
+			rec = serve(t, b.router, jsonRequest(t, "/v1/auth/reset-password", map[string]string{"password": "short"}))
+			decodeProblem(t, rec, http.StatusUnprocessableEntity) // JSON lists both fields, as before
 		})
 
 		t.Run("Expired", func(t *testing.T) {
@@ -259,7 +285,7 @@ func TestServer_ResetPassword(t *testing.T) {
 			b := setupReset(t, valid())
 
 			rec := serve(t, b.router, httptest.NewRequest(http.MethodGet, "/v1/auth/reset-password?token="+b.raw, nil))
-			requireHTML(t, rec, http.StatusOK, `<form method="post" action="reset-password">`, `name="token" value="`+b.raw+`"`, `type="password"`)
+			requireHTML(t, rec, http.StatusOK, `<form method="post" action="reset-password" novalidate>`, `name="token" value="`+b.raw+`"`, `type="password"`)
 			requireTokenPageHeaders(t, rec)
 			user := getUser(t, b.store, b.user.ID)
 			require.Equal(t, b.oldPassword, user.PasswordHash)
@@ -365,6 +391,8 @@ func TestServer_PagesCarryAppName(t *testing.T) {
 	user := insertUser(t, bundle.store, uniqueEmail("brand"), false)
 	raw := tokens.New()
 	insertToken(t, bundle.store, raw, user.ID, db.TokenPurposeVerify, time.Now().Add(time.Hour))
+	reset := tokens.New()
+	insertToken(t, bundle.store, reset, user.ID, db.TokenPurposeReset, time.Now().Add(time.Hour))
 	unsubscribe := "/v1/unsubscribe?token=" + url.QueryEscape(tokens.Unsubscribe(testSecret, user.ID))
 
 	for _, tt := range []struct {
@@ -375,7 +403,8 @@ func TestServer_PagesCarryAppName(t *testing.T) {
 		{"VerifyPage", httptest.NewRequest(http.MethodGet, "/v1/auth/verify-email?token="+raw, nil), "Confirm your email address"},
 		{"VerifyResult", formRequest("/v1/auth/verify-email", url.Values{"token": {raw}}), "Email address confirmed"},
 		{"VerifyError", formRequest("/v1/auth/verify-email", url.Values{"token": {raw}}), "This link or form does not work"},
-		{"ResetPage", httptest.NewRequest(http.MethodGet, "/v1/auth/reset-password?token="+tokens.New(), nil), "Choose a new password"},
+		{"ResetPage", httptest.NewRequest(http.MethodGet, "/v1/auth/reset-password?token="+reset, nil), "Choose a new password"},
+		{"ForgotPasswordPage", httptest.NewRequest(http.MethodGet, "/v1/auth/forgot-password", nil), "Reset your password"},
 		{"UnsubscribePage", httptest.NewRequest(http.MethodGet, unsubscribe, nil), "Unsubscribe"},
 	} {
 		rec := serve(t, bundle.router, tt.req)
@@ -386,6 +415,8 @@ func TestServer_PagesCarryAppName(t *testing.T) {
 	}
 
 	// Without APP_NAME: postguard.
-	rec := serve(t, newSQLiteBundle(t, nil).router, httptest.NewRequest(http.MethodGet, "/v1/auth/verify-email?token="+raw, nil))
+	plain := newSQLiteBundle(t, nil)
+	insertToken(t, plain.store, raw, insertUser(t, plain.store, uniqueEmail("brand"), false).ID, db.TokenPurposeVerify, time.Now().Add(time.Hour))
+	rec := serve(t, plain.router, httptest.NewRequest(http.MethodGet, "/v1/auth/verify-email?token="+raw, nil))
 	require.Contains(t, rec.Body.String(), "<title>Confirm your email address · postguard</title>")
 }

@@ -81,7 +81,7 @@ func acceptedMessage(t *testing.T, store riverstore.Store, user *db.User, kind s
 		Subject:    "Verify your email",
 		ReceivedAt: now,
 	}
-	require.NoError(t, store.EmailMessageMarkAccepted(t.Context(), jobID, delivery.ID, now))
+	require.NoError(t, store.EmailMessageMarkAccepted(t.Context(), &db.EmailMessageMarkAcceptedParams{JobID: jobID, Provider: "resend", ProviderID: delivery.ID, Now: now}))
 	return jobID, delivery
 }
 
@@ -160,6 +160,16 @@ func setBody(req *http.Request, body []byte) {
 // ms is t as Resend gives event times: to the millisecond.
 func ms(t time.Time) time.Time { return t.UTC().Truncate(time.Millisecond) }
 
+// resignTimestamp sets req's svix-timestamp to timestamp, as written, and signs the delivery
+// anew over it with the right secret.
+func resignTimestamp(t *testing.T, bundle *webhookBundle, req *http.Request, timestamp string) {
+	t.Helper()
+	entry, err := resendfake.SignWebhookHeader(bundle.fake.WebhookSecret(), req.Header.Get("svix-id"), timestamp, readBody(t, req))
+	require.NoError(t, err)
+	req.Header.Set("svix-timestamp", timestamp)
+	req.Header.Set("svix-signature", entry)
+}
+
 func requireTime(t *testing.T, want time.Time, got *time.Time, msgAndArgs ...any) {
 	t.Helper()
 	require.NotNil(t, got, msgAndArgs...)
@@ -218,6 +228,24 @@ func TestResendWebhook_Signatures(t *testing.T) {
 			}},
 			{"SignatureGarbled", func(_ *testing.T, _ *webhookBundle, req *http.Request) {
 				req.Header.Set("svix-signature", "v1,"+strings.Repeat("A", 44))
+			}},
+			// Right secret, right bytes, but not Svix's syntax: another version's entry, an
+			// entry without a version, a timestamp with a sign or leading zeros (each signed
+			// over exactly what it carries).
+			{"V1aEntry", func(_ *testing.T, _ *webhookBundle, req *http.Request) {
+				req.Header.Set("svix-signature", strings.Replace(req.Header.Get("svix-signature"), "v1,", "v1a,", 1))
+			}},
+			{"V2Entry", func(_ *testing.T, _ *webhookBundle, req *http.Request) {
+				req.Header.Set("svix-signature", strings.Replace(req.Header.Get("svix-signature"), "v1,", "v2,", 1))
+			}},
+			{"UnversionedEntry", func(_ *testing.T, _ *webhookBundle, req *http.Request) {
+				req.Header.Set("svix-signature", strings.Replace(req.Header.Get("svix-signature"), "v1,", ",", 1))
+			}},
+			{"PlusTimestamp", func(t *testing.T, bundle *webhookBundle, req *http.Request) {
+				resignTimestamp(t, bundle, req, "+"+req.Header.Get("svix-timestamp"))
+			}},
+			{"ZeroPaddedTimestamp", func(t *testing.T, bundle *webhookBundle, req *http.Request) {
+				resignTimestamp(t, bundle, req, "000"+req.Header.Get("svix-timestamp"))
 			}},
 		} {
 			t.Run(tt.name, func(t *testing.T) {

@@ -57,7 +57,9 @@ func BenchmarkStore_RateLimitCounterConsume(b *testing.B) {
 
 // BenchmarkStore_RateLimitCounterConsumeChain measures a request's two checks (IP, then email) on
 // fresh keys, 16 goroutines on two cores: as one chain (one round trip), as one chain that also
-// reads an (absent) user, and as the two statements one after the other that the chain replaced.
+// reads an (absent) user, as one chain whose second window is a trusted device's (its revocation
+// checked in the statement), and as the two statements one after the other that the chain
+// replaced.
 func BenchmarkStore_RateLimitCounterConsumeChain(b *testing.B) {
 	window := time.Now().Truncate(time.Hour)
 	pair := func() []db.RateLimitCounterConsumeParams {
@@ -75,16 +77,23 @@ func BenchmarkStore_RateLimitCounterConsumeChain(b *testing.B) {
 	} {
 		b.Run(engine.name, func(b *testing.B) {
 			store := engine.newStore(b)
-			chain := func(b *testing.B, lookup bool) {
+			chain := func(b *testing.B, lookup, device bool) {
 				b.SetParallelism(8)
 				b.ReportAllocs()
 				b.RunParallel(func(pb *testing.PB) {
 					params := &db.RateLimitCounterChainParams{Windows: pair()}
+					if device {
+						params.Device = &db.RateLimitDeviceParams{Window: 1, KeyHash: make([]byte, 32), RevocationHash: make([]byte, 32), Since: time.Unix(0, 0)}
+					}
 					for pb.Next() {
 						rand.Read(params.Windows[0].KeyHash)
 						rand.Read(params.Windows[1].KeyHash)
 						if lookup {
 							params.UserEmail = rand.Text() + "@example.com"
+						}
+						if device {
+							rand.Read(params.Device.KeyHash)
+							rand.Read(params.Device.RevocationHash)
 						}
 						result, err := store.RateLimitCounterConsumeChain(b.Context(), params)
 						if err != nil || len(result.Counts) != 2 {
@@ -93,8 +102,9 @@ func BenchmarkStore_RateLimitCounterConsumeChain(b *testing.B) {
 					}
 				})
 			}
-			b.Run("FreshPair", func(b *testing.B) { chain(b, false) })
-			b.Run("FreshPairAndUser", func(b *testing.B) { chain(b, true) })
+			b.Run("FreshPair", func(b *testing.B) { chain(b, false, false) })
+			b.Run("FreshPairAndUser", func(b *testing.B) { chain(b, true, false) })
+			b.Run("FreshPairTrustedDevice", func(b *testing.B) { chain(b, false, true) })
 			b.Run("FreshPairTwoStatements", func(b *testing.B) {
 				b.SetParallelism(8)
 				b.ReportAllocs()

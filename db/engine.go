@@ -47,11 +47,13 @@ type Engine[TTx any] interface {
 	// once, and returns its release.
 	LockMigrations(ctx context.Context) (release func(), err error)
 
-	// MayRetry says a call that failed with err may run again, once, on another connection:
-	// because it sent nothing, or because lossIsSafe (a read, an idempotent write, a transaction
-	// not yet committing) and its session was lost. It is false whenever ctx is done. An engine
-	// that never loses a session (SQLite) says false.
-	MayRetry(ctx context.Context, err error, lossIsSafe bool) bool
+	// MayRetry says a call that failed with err may run again, once: because it sent nothing, or
+	// because lossIsSafe (a read, an idempotent write, a transaction not yet committing) and its
+	// session was lost. When it may, the retry runs with retryCtx, under which the engine hands
+	// out only a connection it verified alive or dialled anew, never another pooled one that may
+	// be as dead as the first. It is false whenever ctx is done. An engine that never loses a
+	// session (SQLite) says false.
+	MayRetry(ctx context.Context, err error, lossIsSafe bool) (retryCtx context.Context, ok bool)
 
 	// Ready checks the database answers and takes a write (readiness).
 	Ready(ctx context.Context) error

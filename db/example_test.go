@@ -70,6 +70,7 @@ func ExampleNewTables() {
 	// postguard_limiter_db_version
 	// postguard_mail_db_version
 	// rate_limit_counters
+	// rate_limit_device_revocations
 	// send_pacer
 	// users
 	// webhook_events

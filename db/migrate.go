@@ -21,14 +21,16 @@ type Part string
 
 // Parts of postguard's tables. Their migrations are in Migrations under <engine>/<part>/.
 const (
-	// PartLimiter is the rate limiter's counters (rate_limit_counters): all abuse.Limiter needs.
+	// PartLimiter is the rate limiter's counters and its trusted devices' revocations
+	// (rate_limit_counters, rate_limit_device_revocations): all abuse.Limiter needs.
 	PartLimiter Part = "limiter"
 	// PartMail is what the mail workers and the delivery webhook keep: link tokens, message
 	// rows, the suppression list, the ids of webhook deliveries and the send pacer
 	// (email_tokens, email_messages, email_suppressions, webhook_events, send_pacer).
 	PartMail Part = "mail"
-	// PartService is postguard's own server's: its users table and the readiness heartbeat
-	// (users, readiness_heartbeat), which Tables.Ready writes. A host app never needs it.
+	// PartService is postguard's own server's: its users table, the readiness heartbeat that
+	// Tables.Ready writes, and the check value of its secret (users, readiness_heartbeat,
+	// secret_check). A host app never needs it.
 	PartService Part = "service"
 )
 

@@ -14,12 +14,14 @@ type Queries interface {
 	UserGetByEmail(ctx context.Context, email string) (*User, error)
 	// UserGetByID finds a user by id; ErrNotFound when there is none.
 	UserGetByID(ctx context.Context, id int64) (*User, error)
-	// UserMarkEmailVerified records the first verification; ErrNotFound for an unknown user.
-	UserMarkEmailVerified(ctx context.Context, id int64, now time.Time) error
+	// UserMarkEmailVerified records the first verification and returns the user's locale;
+	// ErrNotFound for an unknown user.
+	UserMarkEmailVerified(ctx context.Context, id int64, now time.Time) (locale string, err error)
 	// UserSetPassword replaces the password hash and marks the email verified.
 	UserSetPassword(ctx context.Context, id int64, passwordHash string, now time.Time) error
-	// UserUnsubscribe records an unsubscribe; repeating it is harmless.
-	UserUnsubscribe(ctx context.Context, id int64, now time.Time) error
+	// UserUnsubscribe records an unsubscribe (repeating it is harmless) and returns the user's
+	// locale; ErrNotFound for an unknown user.
+	UserUnsubscribe(ctx context.Context, id int64, now time.Time) (locale string, err error)
 
 	// EmailTokenInsert stores a job's new token (its hash and sealed copy).
 	EmailTokenInsert(ctx context.Context, params *EmailTokenInsertParams) error
@@ -32,9 +34,10 @@ type Queries interface {
 	// EmailTokenConsume marks an unused, unexpired token of the purpose used and returns its user
 	// id; ErrNotFound when the token is unknown, of another purpose, expired or used.
 	EmailTokenConsume(ctx context.Context, tokenHash []byte, purpose TokenPurpose, now time.Time) (int64, error)
-	// EmailTokenLookup returns the user id of an unused, unexpired token of the purpose without
-	// using it; ErrNotFound when the token is unknown, of another purpose, expired or used.
-	EmailTokenLookup(ctx context.Context, tokenHash []byte, purpose TokenPurpose, now time.Time) (int64, error)
+	// EmailTokenLookup returns the user (its id and locale) of an unused, unexpired token of the
+	// purpose without using it, in one statement; ErrNotFound when the token is unknown, of
+	// another purpose, expired or used.
+	EmailTokenLookup(ctx context.Context, tokenHash []byte, purpose TokenPurpose, now time.Time) (*TokenOwner, error)
 	// EmailTokenInvalidateUser marks all of a user's unused tokens of a purpose used.
 	EmailTokenInvalidateUser(ctx context.Context, userID int64, purpose TokenPurpose, now time.Time) error
 	// EmailTokenDeleteExpired deletes up to max tokens that expired before before.
@@ -49,8 +52,15 @@ type Queries interface {
 	// EmailMessageRekey gives a job's unaccepted message a new idempotency key, with the locale
 	// and payload digest of what is sent under it; ErrNotFound when there is no such message.
 	EmailMessageRekey(ctx context.Context, params *EmailMessageRekeyParams) error
-	// EmailMessageMarkAccepted records that the provider accepted a job's message, with its id.
-	EmailMessageMarkAccepted(ctx context.Context, jobID int64, providerID string, now time.Time) error
+	// EmailMessageMarkAccepted records that a provider accepted a job's message: which provider,
+	// and the id it gave the mail. No provider is in doubt of the message any more.
+	EmailMessageMarkAccepted(ctx context.Context, params *EmailMessageMarkAcceptedParams) error
+	// EmailMessageSetProviderInDoubt records the provider a job's unaccepted message is handed to
+	// before the send, or clears it; ErrNotFound when the job has no unaccepted message.
+	EmailMessageSetProviderInDoubt(ctx context.Context, params *EmailMessageSetProviderInDoubtParams) error
+	// EmailMessageMarkBounced records that a provider refused a job's recipient for good while the
+	// mail was sent; ErrNotFound when the job has no unaccepted message.
+	EmailMessageMarkBounced(ctx context.Context, params *EmailMessageMarkBouncedParams) error
 	// EmailMessageDeleteBefore deletes up to max message rows created before before.
 	EmailMessageDeleteBefore(ctx context.Context, before time.Time, max int) (int64, error)
 	// EmailMessageGetByProviderID finds the message the provider gave an id (the newest, should a
@@ -86,6 +96,16 @@ type Queries interface {
 	// RateLimitCounterDeleteExpired deletes up to max counters whose window ended before before.
 	RateLimitCounterDeleteExpired(ctx context.Context, before time.Time, max int) (int64, error)
 
+	// RateLimitDeviceRevocationUpsert revokes every trusted-device token issued so far under
+	// keyHash: it records the database's clock as the key's revocation time, later than any
+	// recorded before. It runs on durable connections (a revocation must survive a crash).
+	RateLimitDeviceRevocationUpsert(ctx context.Context, keyHash []byte) error
+	// RateLimitDeviceRevocationGet reads keyHash's last revocation time, the one a token issued
+	// now carries: the Unix epoch when none is recorded.
+	RateLimitDeviceRevocationGet(ctx context.Context, keyHash []byte) (time.Time, error)
+	// RateLimitDeviceRevocationDeleteBefore deletes up to max revocations recorded before before.
+	RateLimitDeviceRevocationDeleteBefore(ctx context.Context, before time.Time, max int) (int64, error)
+
 	// SendPacerReserve takes the next send slot of the named budget, one interval after the
 	// previous slot and never before the database's now, and returns it with that now. The
 	// schedule runs on the database's clock, the one clock every process shares, so no process's
@@ -93,6 +113,14 @@ type Queries interface {
 	SendPacerReserve(ctx context.Context, name string, interval time.Duration) (slot, now time.Time, err error)
 	// Now is the database's clock, the one SendPacerReserve schedules on.
 	Now(ctx context.Context) (time.Time, error)
+
+	// SecretCheckRecord records the check value of the secret the database is used with, unless
+	// one is recorded already, and returns the recorded one (params.CheckValue when there was
+	// none). It is two statements, the insert then the read, so that of two processes starting
+	// at once with different secrets the second reads the first's.
+	SecretCheckRecord(ctx context.Context, params *SecretCheckParams) ([]byte, error)
+	// SecretCheckReplace records the check value of a new secret in place of the old one.
+	SecretCheckReplace(ctx context.Context, params *SecretCheckParams) error
 }
 
 // Counters are the rate limiter's statements: each runs alone, outside any other transaction
@@ -111,11 +139,19 @@ type Counters interface {
 	// nothing.
 	RateLimitCounterGet(ctx context.Context, params *RateLimitCounterGetParams) (int64, error)
 	// RateLimitCounterGetMany reads several windows' counts in one round trip, in the order
-	// asked (0 for a window with nothing counted), spending nothing: a request's peek.
-	RateLimitCounterGetMany(ctx context.Context, windows []RateLimitCounterGetParams) ([]int64, error)
+	// asked (0 for a window with nothing counted), spending nothing: a request's peek. A trusted
+	// device is checked in the same round trip.
+	RateLimitCounterGetMany(ctx context.Context, params *RateLimitCounterWindowsParams) (*RateLimitCounterGetManyResult, error)
 	// RateLimitCounterDelete deletes a window's counter (none is fine): its key starts the window
 	// afresh.
 	RateLimitCounterDelete(ctx context.Context, params *RateLimitCounterDeleteParams) error
+	// RateLimitCounterDeleteMany deletes several windows' counters (none is fine) in one round
+	// trip, a trusted device checked with them: a request's clear. trusted says the device stood.
+	RateLimitCounterDeleteMany(ctx context.Context, params *RateLimitCounterWindowsParams) (trusted bool, err error)
+	// RateLimitCounterRefund gives one request back to each of several windows, in one round
+	// trip, never below zero (a window at 0 or never counted is left alone), a trusted device
+	// checked with them: a request's refund. trusted says the device stood.
+	RateLimitCounterRefund(ctx context.Context, params *RateLimitCounterWindowsParams) (trusted bool, err error)
 }
 
 // Tables are postguard's tables on one database, either engine: the app's statements, the rate

@@ -347,16 +347,17 @@ func TestStore_EmailToken(t *testing.T) {
 			expiresAt := now.Add(time.Hour)
 			tokenInsert(ctx, t, bundle, "tok", db.TokenPurposeReset, expiresAt)
 			tokenInsert(ctx, t, bundle, "verify", db.TokenPurposeVerify, expiresAt)
+			want := &db.TokenOwner{UserID: bundle.user.ID, Locale: bundle.user.Locale}
 
 			for range 3 {
-				userID, err := bundle.store.EmailTokenLookup(ctx, tokenHash("tok"), db.TokenPurposeReset, now)
+				owner, err := bundle.store.EmailTokenLookup(ctx, tokenHash("tok"), db.TokenPurposeReset, now)
 				require.NoError(t, err)
-				require.Equal(t, bundle.user.ID, userID)
+				require.Equal(t, want, owner)
 			}
 			// Inside a transaction too.
 			require.NoError(t, bundle.store.Transact(ctx, func(ctx context.Context, tx db.Queries) error {
-				userID, err := tx.EmailTokenLookup(ctx, tokenHash("tok"), db.TokenPurposeReset, now)
-				require.Equal(t, bundle.user.ID, userID)
+				owner, err := tx.EmailTokenLookup(ctx, tokenHash("tok"), db.TokenPurposeReset, now)
+				require.Equal(t, want, owner)
 				return err
 			}))
 
@@ -372,16 +373,43 @@ func TestStore_EmailToken(t *testing.T) {
 				_, err := bundle.store.EmailTokenLookup(ctx, tokenHash(lookup.raw), lookup.purpose, lookup.at)
 				require.ErrorIs(t, err, db.ErrNotFound, name)
 			}
-			userID, err := bundle.store.EmailTokenLookup(ctx, tokenHash("tok"), db.TokenPurposeReset, expiresAt.Add(-time.Microsecond))
+			owner, err := bundle.store.EmailTokenLookup(ctx, tokenHash("tok"), db.TokenPurposeReset, expiresAt.Add(-time.Microsecond))
 			require.NoError(t, err)
-			require.Equal(t, bundle.user.ID, userID)
+			require.Equal(t, want, owner)
 
 			// The lookups used nothing: the token is consumed once, then no longer found.
-			userID, err = bundle.store.EmailTokenConsume(ctx, tokenHash("tok"), db.TokenPurposeReset, now)
+			userID, err := bundle.store.EmailTokenConsume(ctx, tokenHash("tok"), db.TokenPurposeReset, now)
 			require.NoError(t, err)
 			require.Equal(t, bundle.user.ID, userID)
 			_, err = bundle.store.EmailTokenLookup(ctx, tokenHash("tok"), db.TokenPurposeReset, now)
 			require.ErrorIs(t, err, db.ErrNotFound)
+		})
+
+		t.Run("LookupReadsTheUsersLocale", func(t *testing.T) {
+			t.Parallel()
+
+			bundle, ctx := setup(t)
+			amelie, err := bundle.store.UserInsert(ctx, &db.UserInsertParams{Email: "amelie@example.fr", PasswordHash: "hash", Locale: "fr-CA", Now: now})
+			require.NoError(t, err)
+			for raw, userID := range map[string]int64{"amelie": amelie.ID, "gone": amelie.ID + 1000} {
+				require.NoError(t, bundle.store.EmailTokenInsert(ctx, &db.EmailTokenInsertParams{
+					ExpiresAt: now.Add(time.Hour),
+					JobID:     userID,
+					Now:       now,
+					Purpose:   db.TokenPurposeVerify,
+					TokenHash: tokenHash(raw),
+					UserID:    userID,
+				}))
+			}
+
+			owner, err := bundle.store.EmailTokenLookup(ctx, tokenHash("amelie"), db.TokenPurposeVerify, now)
+			require.NoError(t, err)
+			require.Equal(t, &db.TokenOwner{UserID: amelie.ID, Locale: "fr-CA"}, owner)
+
+			// A token whose user is not in the users table (gone, or a host app's) is still found.
+			owner, err = bundle.store.EmailTokenLookup(ctx, tokenHash("gone"), db.TokenPurposeVerify, now)
+			require.NoError(t, err)
+			require.Equal(t, &db.TokenOwner{UserID: amelie.ID + 1000, Locale: ""}, owner)
 		})
 
 		t.Run("InvalidateUser", func(t *testing.T) {
@@ -496,9 +524,9 @@ func TestStore_EmailMessage(t *testing.T) {
 			ctx, store := t.Context(), newStore(t)
 			insert(ctx, t, store, 42, "k1", now)
 
-			require.NoError(t, store.EmailMessageMarkAccepted(ctx, 42, "re_1", now.Add(time.Second)))
+			require.NoError(t, store.EmailMessageMarkAccepted(ctx, &db.EmailMessageMarkAcceptedParams{JobID: 42, Provider: "resend", ProviderID: "re_1", Now: now.Add(time.Second)}))
 			// A second acceptance (a retry the provider answered idempotently) keeps the first.
-			require.NoError(t, store.EmailMessageMarkAccepted(ctx, 42, "re_2", now.Add(time.Minute)))
+			require.NoError(t, store.EmailMessageMarkAccepted(ctx, &db.EmailMessageMarkAcceptedParams{JobID: 42, Provider: "resend", ProviderID: "re_2", Now: now.Add(time.Minute)}))
 
 			got, err := store.EmailMessageGetByJob(ctx, 42)
 			require.NoError(t, err)
@@ -508,7 +536,7 @@ func TestStore_EmailMessage(t *testing.T) {
 			requireTimeEqual(t, now.Add(time.Second), got.SentAt)
 			require.Nil(t, got.StatusAt, "sent by the worker's own word, not a provider event")
 
-			require.ErrorIs(t, store.EmailMessageMarkAccepted(ctx, 43, "re_3", now), db.ErrNotFound)
+			require.ErrorIs(t, store.EmailMessageMarkAccepted(ctx, &db.EmailMessageMarkAcceptedParams{JobID: 43, Provider: "resend", ProviderID: "re_3", Now: now}), db.ErrNotFound)
 		})
 
 		t.Run("MarkAcceptedKeepsLaterStatus", func(t *testing.T) {
@@ -516,7 +544,7 @@ func TestStore_EmailMessage(t *testing.T) {
 
 			ctx, store := t.Context(), newStore(t)
 			insert(ctx, t, store, 42, "k1", now)
-			require.NoError(t, store.EmailMessageMarkAccepted(ctx, 42, "re_1", now))
+			require.NoError(t, store.EmailMessageMarkAccepted(ctx, &db.EmailMessageMarkAcceptedParams{JobID: 42, Provider: "resend", ProviderID: "re_1", Now: now}))
 			delivered := now.Add(time.Minute)
 			require.NoError(t, store.EmailMessageSetLifecycle(ctx, &db.EmailMessageLifecycleParams{
 				JobID: 42, Status: email.StatusDelivered, StatusAt: &delivered, SentAt: &now, DeliveredAt: &delivered, Now: delivered,
@@ -524,7 +552,7 @@ func TestStore_EmailMessage(t *testing.T) {
 
 			// A later attempt that records the acceptance again (its first record's answer was
 			// lost) leaves the provider's word alone.
-			require.NoError(t, store.EmailMessageMarkAccepted(ctx, 42, "re_1", now.Add(time.Hour)))
+			require.NoError(t, store.EmailMessageMarkAccepted(ctx, &db.EmailMessageMarkAcceptedParams{JobID: 42, Provider: "resend", ProviderID: "re_1", Now: now.Add(time.Hour)}))
 			got, err := store.EmailMessageGetByJob(ctx, 42)
 			require.NoError(t, err)
 			require.Equal(t, email.StatusDelivered, got.Status)
@@ -538,7 +566,7 @@ func TestStore_EmailMessage(t *testing.T) {
 			ctx, store := t.Context(), newStore(t)
 			insert(ctx, t, store, 42, "k1", now)
 			insert(ctx, t, store, 43, "k2", now)
-			require.NoError(t, store.EmailMessageMarkAccepted(ctx, 42, "re_1", now))
+			require.NoError(t, store.EmailMessageMarkAccepted(ctx, &db.EmailMessageMarkAcceptedParams{JobID: 42, Provider: "resend", ProviderID: "re_1", Now: now}))
 
 			err := store.Transact(ctx, func(ctx context.Context, tx db.Queries) error {
 				got, err := tx.EmailMessageGetByProviderID(ctx, "re_1")
@@ -558,8 +586,8 @@ func TestStore_EmailMessage(t *testing.T) {
 			ctx, store := t.Context(), newStore(t)
 			insert(ctx, t, store, 42, "k1", now)
 			insert(ctx, t, store, 43, "k2", now)
-			require.NoError(t, store.EmailMessageMarkAccepted(ctx, 42, "noop", now))
-			require.NoError(t, store.EmailMessageMarkAccepted(ctx, 43, "noop", now))
+			require.NoError(t, store.EmailMessageMarkAccepted(ctx, &db.EmailMessageMarkAcceptedParams{JobID: 42, Provider: "resend", ProviderID: "noop", Now: now}))
+			require.NoError(t, store.EmailMessageMarkAccepted(ctx, &db.EmailMessageMarkAcceptedParams{JobID: 43, Provider: "resend", ProviderID: "noop", Now: now}))
 			got, err := store.EmailMessageGetByProviderID(ctx, "noop")
 			require.NoError(t, err)
 			require.Equal(t, int64(43), got.JobID, "the newest")
@@ -570,7 +598,7 @@ func TestStore_EmailMessage(t *testing.T) {
 
 			ctx, store := t.Context(), newStore(t)
 			insert(ctx, t, store, 42, "k1", now)
-			require.NoError(t, store.EmailMessageMarkAccepted(ctx, 42, "re_1", now))
+			require.NoError(t, store.EmailMessageMarkAccepted(ctx, &db.EmailMessageMarkAcceptedParams{JobID: 42, Provider: "resend", ProviderID: "re_1", Now: now}))
 
 			// Two transactions each read the message and write what they read plus a status
 			// time of their own. The second reads while the first holds the row: it must wait
@@ -630,7 +658,7 @@ func TestStore_EmailMessage(t *testing.T) {
 
 			ctx, store := t.Context(), newStore(t)
 			insert(ctx, t, store, 42, "k1", now)
-			require.NoError(t, store.EmailMessageMarkAccepted(ctx, 42, "re_1", now))
+			require.NoError(t, store.EmailMessageMarkAccepted(ctx, &db.EmailMessageMarkAcceptedParams{JobID: 42, Provider: "resend", ProviderID: "re_1", Now: now}))
 
 			times := make([]time.Time, 8)
 			for i := range times {
@@ -719,7 +747,7 @@ func TestStore_EmailMessage(t *testing.T) {
 
 			// A job whose mail the provider accepted is left alone.
 			insert(ctx, t, store, 44, "k5", now)
-			require.NoError(t, store.EmailMessageMarkAccepted(ctx, 44, "re_1", now))
+			require.NoError(t, store.EmailMessageMarkAccepted(ctx, &db.EmailMessageMarkAcceptedParams{JobID: 44, Provider: "resend", ProviderID: "re_1", Now: now}))
 			marked, err = store.EmailMessageMarkSuppressed(ctx, params(44, "k6", now.Add(time.Minute)))
 			require.NoError(t, err)
 			require.False(t, marked)
@@ -793,9 +821,86 @@ func TestStore_EmailMessage(t *testing.T) {
 			requireTimeEqual(t, now, &got.CreatedAt)
 
 			// An accepted message keeps its key.
-			require.NoError(t, store.EmailMessageMarkAccepted(ctx, 42, "re_1", now))
+			require.NoError(t, store.EmailMessageMarkAccepted(ctx, &db.EmailMessageMarkAcceptedParams{JobID: 42, Provider: "resend", ProviderID: "re_1", Now: now}))
 			require.ErrorIs(t, rekey(42, "k3", now), db.ErrNotFound)
 			require.ErrorIs(t, rekey(43, "k4", now), db.ErrNotFound)
+		})
+
+		t.Run("ProviderInDoubtUntilAccepted", func(t *testing.T) {
+			t.Parallel()
+
+			ctx, store := t.Context(), newStore(t)
+			insert(ctx, t, store, 42, "k1", now)
+			inDoubt := func(provider *string) error {
+				return store.EmailMessageSetProviderInDoubt(ctx, &db.EmailMessageSetProviderInDoubtParams{JobID: 42, Provider: provider, Now: now})
+			}
+			got, err := store.EmailMessageGetByJob(ctx, 42)
+			require.NoError(t, err)
+			require.Nil(t, got.ProviderInDoubt, "no provider has had a new message")
+			require.Nil(t, got.Provider)
+
+			smtp := "smtp"
+			require.NoError(t, inDoubt(&smtp))
+			got, err = store.EmailMessageGetByJob(ctx, 42)
+			require.NoError(t, err)
+			require.Equal(t, "smtp", *got.ProviderInDoubt)
+			require.NoError(t, inDoubt(nil))
+			got, err = store.EmailMessageGetByJob(ctx, 42)
+			require.NoError(t, err)
+			require.Nil(t, got.ProviderInDoubt, "cleared once the provider said it did not take the mail")
+
+			// The acceptance names its provider and ends the doubt; the first acceptance stays.
+			require.NoError(t, inDoubt(&smtp))
+			require.NoError(t, store.EmailMessageMarkAccepted(ctx, &db.EmailMessageMarkAcceptedParams{JobID: 42, Provider: "smtp", ProviderID: "<id@example.com>", Now: now}))
+			require.NoError(t, store.EmailMessageMarkAccepted(ctx, &db.EmailMessageMarkAcceptedParams{JobID: 42, Provider: "resend", ProviderID: "re_1", Now: now.Add(time.Minute)}))
+			got, err = store.EmailMessageGetByJob(ctx, 42)
+			require.NoError(t, err)
+			require.Equal(t, "smtp", *got.Provider)
+			require.Equal(t, "<id@example.com>", *got.ProviderID)
+			require.Nil(t, got.ProviderInDoubt)
+
+			// An accepted message is in doubt of nothing, and a job without a message has none.
+			require.ErrorIs(t, inDoubt(&smtp), db.ErrNotFound)
+			require.ErrorIs(t, store.EmailMessageSetProviderInDoubt(ctx, &db.EmailMessageSetProviderInDoubtParams{JobID: 43, Provider: &smtp, Now: now}), db.ErrNotFound)
+		})
+
+		t.Run("RekeyEndsTheDoubt", func(t *testing.T) {
+			t.Parallel()
+
+			ctx, store := t.Context(), newStore(t)
+			insert(ctx, t, store, 42, "k1", now)
+			resend := "resend"
+			require.NoError(t, store.EmailMessageSetProviderInDoubt(ctx, &db.EmailMessageSetProviderInDoubtParams{JobID: 42, Provider: &resend, Now: now}))
+			require.NoError(t, store.EmailMessageRekey(ctx, &db.EmailMessageRekeyParams{JobID: 42, IdempotencyKey: "k2", Locale: "fr", Now: now}))
+			got, err := store.EmailMessageGetByJob(ctx, 42)
+			require.NoError(t, err)
+			require.Nil(t, got.ProviderInDoubt)
+		})
+
+		t.Run("MarkBounced", func(t *testing.T) {
+			t.Parallel()
+
+			ctx, store := t.Context(), newStore(t)
+			insert(ctx, t, store, 42, "k1", now)
+			smtp := "smtp"
+			require.NoError(t, store.EmailMessageSetProviderInDoubt(ctx, &db.EmailMessageSetProviderInDoubtParams{JobID: 42, Provider: &smtp, Now: now}))
+			bounce := &db.EmailMessageMarkBouncedParams{JobID: 42, BounceType: "Permanent", BounceSubType: "SMTP 550 5.1.1", Now: now.Add(time.Second)}
+			require.NoError(t, store.EmailMessageMarkBounced(ctx, bounce))
+
+			got, err := store.EmailMessageGetByJob(ctx, 42)
+			require.NoError(t, err)
+			require.Equal(t, email.StatusBounced, got.Status)
+			requireTimeEqual(t, now.Add(time.Second), got.StatusAt)
+			requireTimeEqual(t, now.Add(time.Second), got.BouncedAt)
+			require.Equal(t, "Permanent", *got.BounceType)
+			require.Equal(t, "SMTP 550 5.1.1", *got.BounceSubType)
+			require.Nil(t, got.ProviderInDoubt)
+			require.Nil(t, got.AcceptedAt)
+
+			insert(ctx, t, store, 43, "k2", now)
+			require.NoError(t, store.EmailMessageMarkAccepted(ctx, &db.EmailMessageMarkAcceptedParams{JobID: 43, Provider: "smtp", ProviderID: "<id@example.com>", Now: now}))
+			bounce.JobID = 43
+			require.ErrorIs(t, store.EmailMessageMarkBounced(ctx, bounce), db.ErrNotFound, "an accepted message is left alone")
 		})
 
 		t.Run("DeleteBefore", func(t *testing.T) {
@@ -997,6 +1102,50 @@ func TestStore_WebhookEvent(t *testing.T) {
 			}
 			require.ErrorIs(t, store.WebhookEventInsert(ctx, "kept", now), db.ErrExists)
 			require.NoError(t, store.WebhookEventInsert(ctx, "old0", now), "pruned: a replay this late applies again")
+		})
+	})
+}
+
+func TestStore_SecretCheck(t *testing.T) {
+	t.Parallel()
+
+	dbtest.Engines(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
+		t.Run("FirstRecordedStays", func(t *testing.T) {
+			t.Parallel()
+
+			ctx, store := t.Context(), newStore(t)
+			recorded, err := store.SecretCheckRecord(ctx, &db.SecretCheckParams{CheckValue: []byte("first"), Now: now})
+			require.NoError(t, err)
+			require.Equal(t, []byte("first"), recorded)
+			recorded, err = store.SecretCheckRecord(ctx, &db.SecretCheckParams{CheckValue: []byte("second"), Now: now})
+			require.NoError(t, err)
+			require.Equal(t, []byte("first"), recorded, "a second secret reads the first's")
+
+			require.NoError(t, store.SecretCheckReplace(ctx, &db.SecretCheckParams{CheckValue: []byte("second"), Now: now}))
+			recorded, err = store.SecretCheckRecord(ctx, &db.SecretCheckParams{CheckValue: []byte("third"), Now: now})
+			require.NoError(t, err)
+			require.Equal(t, []byte("second"), recorded)
+		})
+
+		// Processes starting at once with different secrets: one value is recorded, and every
+		// one of them reads it.
+		t.Run("Concurrent", func(t *testing.T) {
+			t.Parallel()
+
+			ctx, store := t.Context(), newStore(t)
+			got := make([][]byte, 8)
+			var wg sync.WaitGroup
+			for i := range got {
+				wg.Go(func() {
+					recorded, err := store.SecretCheckRecord(ctx, &db.SecretCheckParams{CheckValue: []byte{byte(i)}, Now: now})
+					require.NoError(t, err)
+					got[i] = recorded
+				})
+			}
+			wg.Wait()
+			for _, recorded := range got {
+				require.Equal(t, got[0], recorded)
+			}
 		})
 	})
 }
@@ -1422,14 +1571,20 @@ func TestStore_RateLimitCounterConsumeChain(t *testing.T) {
 			})
 			require.NoError(t, err)
 
-			counts, err := store.RateLimitCounterGetMany(ctx, []db.RateLimitCounterGetParams{
+			result, err := store.RateLimitCounterGetMany(ctx, &db.RateLimitCounterWindowsParams{Windows: []db.RateLimitCounterGetParams{
 				{KeyHash: tokenHash("key"), WindowStart: now},
 				{KeyHash: tokenHash("never"), WindowStart: now},
 				{KeyHash: tokenHash("ip"), WindowStart: now},
-				{KeyHash: tokenHash("ip"), WindowStart: now.Add(-15 * time.Minute)},
-			})
+			}})
 			require.NoError(t, err)
-			require.Equal(t, []int64{2, 0, 1, 0}, counts)
+			require.Equal(t, []int64{2, 0, 1}, result.Counts)
+			require.False(t, result.DeviceTrusted)
+
+			result, err = store.RateLimitCounterGetMany(ctx, &db.RateLimitCounterWindowsParams{Windows: []db.RateLimitCounterGetParams{
+				{KeyHash: tokenHash("ip"), WindowStart: now.Add(-15 * time.Minute)},
+			}})
+			require.NoError(t, err)
+			require.Equal(t, []int64{0}, result.Counts, "another window")
 		})
 
 		t.Run("RefusesBadChains", func(t *testing.T) {
@@ -1449,6 +1604,351 @@ func TestStore_RateLimitCounterConsumeChain(t *testing.T) {
 			noKey.KeyHash = nil
 			_, err := store.RateLimitCounterConsumeChain(ctx, &db.RateLimitCounterChainParams{Windows: []db.RateLimitCounterConsumeParams{window("b", 1), noKey}})
 			require.ErrorContains(t, err, "rate limit chain window 2 has no key")
+		})
+	})
+}
+
+func TestStore_RateLimitCounterRefund(t *testing.T) {
+	t.Parallel()
+
+	dbtest.Engines(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
+		spend := func(t *testing.T, store db.Tables, key string, start time.Time, times int) {
+			t.Helper()
+			for range times {
+				_, ok, err := store.RateLimitCounterConsume(t.Context(), &db.RateLimitCounterConsumeParams{
+					KeyHash: tokenHash(key), WindowStart: start, WindowEnd: start.Add(15 * time.Minute), LimitCount: 5,
+				})
+				require.NoError(t, err)
+				require.True(t, ok)
+			}
+		}
+		count := func(t *testing.T, store db.Tables, key string, start time.Time) int64 {
+			t.Helper()
+			n, err := store.RateLimitCounterGet(t.Context(), &db.RateLimitCounterGetParams{KeyHash: tokenHash(key), WindowStart: start})
+			require.NoError(t, err)
+			return n
+		}
+		refund := func(t *testing.T, store db.Tables, windows ...db.RateLimitCounterGetParams) {
+			t.Helper()
+			trusted, err := store.RateLimitCounterRefund(t.Context(), &db.RateLimitCounterWindowsParams{Windows: windows})
+			require.NoError(t, err)
+			require.False(t, trusted, "no device")
+		}
+		window := func(key string, start time.Time) db.RateLimitCounterGetParams {
+			return db.RateLimitCounterGetParams{KeyHash: tokenHash(key), WindowStart: start}
+		}
+
+		t.Run("GivesOneBackToEachWindow", func(t *testing.T) {
+			t.Parallel()
+
+			store := newStore(t)
+			spend(t, store, "ip", now, 5)
+			spend(t, store, "key", now, 2)
+			spend(t, store, "ip", now.Add(-15*time.Minute), 3)
+
+			refund(t, store, window("ip", now), window("key", now))
+			require.Equal(t, int64(4), count(t, store, "ip", now))
+			require.Equal(t, int64(1), count(t, store, "key", now))
+			require.Equal(t, int64(3), count(t, store, "ip", now.Add(-15*time.Minute)), "another window is untouched")
+
+			// The refunded request can be spent again: the window at its limit admits once more.
+			spend(t, store, "ip", now, 1)
+			_, ok, err := store.RateLimitCounterConsume(t.Context(), &db.RateLimitCounterConsumeParams{
+				KeyHash: tokenHash("ip"), WindowStart: now, WindowEnd: now.Add(15 * time.Minute), LimitCount: 5,
+			})
+			require.NoError(t, err)
+			require.False(t, ok)
+		})
+
+		t.Run("NeverBelowZero", func(t *testing.T) {
+			t.Parallel()
+
+			store := newStore(t)
+			spend(t, store, "ip", now, 1)
+			for range 3 {
+				refund(t, store, window("ip", now), window("never", now))
+			}
+			require.Zero(t, count(t, store, "ip", now))
+			require.Zero(t, count(t, store, "never", now))
+			deleted, err := store.RateLimitCounterDeleteExpired(t.Context(), now.Add(time.Hour), 100)
+			require.NoError(t, err)
+			require.Equal(t, int64(1), deleted, "a refund inserts no counter")
+		})
+
+		t.Run("ConcurrentRefundsNeverBelowZero", func(t *testing.T) {
+			t.Parallel()
+
+			ctx := t.Context()
+			store := newStore(t)
+			spend(t, store, "ip", now, 5)
+			spend(t, store, "key", now, 5)
+
+			// 40 refunds of both windows at once, beside 10 chains spending them: the counts end
+			// at 0 or above, and every spend that was admitted is still counted or refunded.
+			var wg sync.WaitGroup
+			errs := make([]error, 50)
+			admitted := make([]int, 50)
+			for i := range 50 {
+				wg.Go(func() {
+					if i%5 == 0 {
+						result, err := store.RateLimitCounterConsumeChain(ctx, &db.RateLimitCounterChainParams{Windows: []db.RateLimitCounterConsumeParams{
+							{KeyHash: tokenHash("ip"), WindowStart: now, WindowEnd: now.Add(15 * time.Minute), LimitCount: 5},
+							{KeyHash: tokenHash("key"), WindowStart: now, WindowEnd: now.Add(15 * time.Minute), LimitCount: 5},
+						}})
+						errs[i] = err
+						if err == nil {
+							admitted[i] = len(result.Counts)
+						}
+						return
+					}
+					_, errs[i] = store.RateLimitCounterRefund(ctx, &db.RateLimitCounterWindowsParams{Windows: []db.RateLimitCounterGetParams{window("ip", now), window("key", now)}})
+				})
+			}
+			wg.Wait()
+			for _, err := range errs {
+				require.NoError(t, err)
+			}
+			for _, key := range []string{"ip", "key"} {
+				n := count(t, store, key, now)
+				require.GreaterOrEqual(t, n, int64(0), key)
+				require.LessOrEqual(t, n, int64(5), key)
+			}
+		})
+	})
+}
+
+func TestStore_RateLimitCounterDeleteMany(t *testing.T) {
+	t.Parallel()
+
+	dbtest.Engines(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
+		t.Run("DeletesTheNamedWindows", func(t *testing.T) {
+			t.Parallel()
+
+			ctx := t.Context()
+			store := newStore(t)
+			for _, key := range []string{"ip", "key", "other"} {
+				for _, start := range []time.Time{now, now.Add(-15 * time.Minute)} {
+					_, _, err := store.RateLimitCounterConsume(ctx, &db.RateLimitCounterConsumeParams{
+						KeyHash: tokenHash(key), WindowStart: start, WindowEnd: start.Add(15 * time.Minute), LimitCount: 5,
+					})
+					require.NoError(t, err)
+				}
+			}
+
+			trusted, err := store.RateLimitCounterDeleteMany(ctx, &db.RateLimitCounterWindowsParams{Windows: []db.RateLimitCounterGetParams{
+				{KeyHash: tokenHash("ip"), WindowStart: now},
+				{KeyHash: tokenHash("key"), WindowStart: now},
+				{KeyHash: tokenHash("never"), WindowStart: now},
+			}})
+			require.NoError(t, err)
+			require.False(t, trusted)
+
+			result, err := store.RateLimitCounterGetMany(ctx, &db.RateLimitCounterWindowsParams{Windows: []db.RateLimitCounterGetParams{
+				{KeyHash: tokenHash("ip"), WindowStart: now},
+				{KeyHash: tokenHash("key"), WindowStart: now},
+				{KeyHash: tokenHash("other"), WindowStart: now},
+			}})
+			require.NoError(t, err)
+			require.Equal(t, []int64{0, 0, 1}, result.Counts)
+			deleted, err := store.RateLimitCounterDeleteExpired(ctx, now.Add(time.Second), 100)
+			require.NoError(t, err)
+			require.Equal(t, int64(3), deleted, "the earlier windows were kept")
+		})
+	})
+}
+
+func TestStore_RateLimitDevice(t *testing.T) {
+	t.Parallel()
+
+	dbtest.Engines(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
+		const limit = 3
+		window := func(key string) db.RateLimitCounterConsumeParams {
+			w := db.RateLimitCounterConsumeParams{KeyHash: tokenHash(key), WindowStart: now, WindowEnd: now.Add(15 * time.Minute), LimitCount: limit}
+			if key == "ip" {
+				w.LimitCount = 100
+			}
+			return w
+		}
+		get := func(key string) db.RateLimitCounterGetParams {
+			return db.RateLimitCounterGetParams{KeyHash: tokenHash(key), WindowStart: now}
+		}
+		// device is the device "phone" of the account "account" in the chain's second window.
+		device := func(since time.Time) *db.RateLimitDeviceParams {
+			return &db.RateLimitDeviceParams{Window: 1, KeyHash: tokenHash("phone"), RevocationHash: tokenHash("account-devices"), Since: since}
+		}
+		counts := func(t *testing.T, store db.Tables, keys ...string) []int64 {
+			t.Helper()
+			windows := make([]db.RateLimitCounterGetParams, len(keys))
+			for i, key := range keys {
+				windows[i] = get(key)
+			}
+			result, err := store.RateLimitCounterGetMany(t.Context(), &db.RateLimitCounterWindowsParams{Windows: windows})
+			require.NoError(t, err)
+			return result.Counts
+		}
+		epoch := time.Unix(0, 0).UTC()
+
+		t.Run("RevocationTimes", func(t *testing.T) {
+			t.Parallel()
+
+			ctx := t.Context()
+			store := newStore(t)
+
+			revokedAt, err := store.RateLimitDeviceRevocationGet(ctx, tokenHash("account-devices"))
+			require.NoError(t, err)
+			require.True(t, epoch.Equal(revokedAt), "never revoked: %s", revokedAt)
+
+			// Each revocation is later than the one before, on the database's clock.
+			before := time.Now().Truncate(time.Millisecond)
+			var last time.Time
+			for range 3 {
+				require.NoError(t, store.RateLimitDeviceRevocationUpsert(ctx, tokenHash("account-devices")))
+				revokedAt, err := store.RateLimitDeviceRevocationGet(ctx, tokenHash("account-devices"))
+				require.NoError(t, err)
+				require.True(t, revokedAt.After(last), "%s not after %s", revokedAt, last)
+				require.False(t, revokedAt.Before(before))
+				last = revokedAt
+			}
+			other, err := store.RateLimitDeviceRevocationGet(ctx, tokenHash("another-account"))
+			require.NoError(t, err)
+			require.True(t, epoch.Equal(other), "another key's devices stand")
+
+			deleted, err := store.RateLimitDeviceRevocationDeleteBefore(ctx, last, 10)
+			require.NoError(t, err)
+			require.Zero(t, deleted, "not before its time")
+			deleted, err = store.RateLimitDeviceRevocationDeleteBefore(ctx, last.Add(time.Microsecond), 10)
+			require.NoError(t, err)
+			require.Equal(t, int64(1), deleted)
+			revokedAt, err = store.RateLimitDeviceRevocationGet(ctx, tokenHash("account-devices"))
+			require.NoError(t, err)
+			require.True(t, epoch.Equal(revokedAt))
+		})
+
+		t.Run("DeleteBeforeInBatches", func(t *testing.T) {
+			t.Parallel()
+
+			ctx := t.Context()
+			store := newStore(t)
+			for i := range 5 {
+				require.NoError(t, store.RateLimitDeviceRevocationUpsert(ctx, tokenHash(fmt.Sprintf("account-%d", i))))
+			}
+			for _, want := range []int64{2, 2, 1, 0} {
+				deleted, err := store.RateLimitDeviceRevocationDeleteBefore(ctx, time.Now().Add(time.Hour), 2)
+				require.NoError(t, err)
+				require.Equal(t, want, deleted)
+			}
+		})
+
+		t.Run("ATrustedDeviceSpendsItsOwnBucket", func(t *testing.T) {
+			t.Parallel()
+
+			ctx := t.Context()
+			store := newStore(t)
+			chain := func(device *db.RateLimitDeviceParams) *db.RateLimitCounterChainResult {
+				t.Helper()
+				result, err := store.RateLimitCounterConsumeChain(ctx, &db.RateLimitCounterChainParams{
+					Windows: []db.RateLimitCounterConsumeParams{window("ip"), window("account")},
+					Device:  device,
+				})
+				require.NoError(t, err)
+				return result
+			}
+
+			// The account is spent by clients without a device.
+			for range limit {
+				require.Len(t, chain(nil).Counts, 2)
+			}
+			require.Len(t, chain(nil).Counts, 1, "the IP admits, the account refuses")
+
+			// The device spends its own bucket; the IP's window is the same for everyone.
+			for want := int64(1); want <= limit; want++ {
+				result := chain(device(epoch))
+				require.True(t, result.DeviceTrusted)
+				require.Equal(t, []int64{limit + 1 + want, want}, result.Counts)
+			}
+			result := chain(device(epoch))
+			require.True(t, result.DeviceTrusted)
+			require.Len(t, result.Counts, 1, "the device locks itself")
+			require.Equal(t, []int64{2*limit + 2, limit, limit}, counts(t, store, "ip", "account", "phone"))
+
+			// A peek, a refund and a clear of the device are the device's bucket's too.
+			require.NoError(t, store.RateLimitCounterDelete(ctx, &db.RateLimitCounterDeleteParams{KeyHash: tokenHash("phone"), WindowStart: now}))
+			require.NoError(t, store.RateLimitCounterDelete(ctx, &db.RateLimitCounterDeleteParams{KeyHash: tokenHash("ip"), WindowStart: now}))
+			chain(device(epoch))
+			peek, err := store.RateLimitCounterGetMany(ctx, &db.RateLimitCounterWindowsParams{Windows: []db.RateLimitCounterGetParams{get("ip"), get("account")}, Device: device(epoch)})
+			require.NoError(t, err)
+			require.True(t, peek.DeviceTrusted)
+			require.Equal(t, []int64{1, 1}, peek.Counts)
+			trusted, err := store.RateLimitCounterRefund(ctx, &db.RateLimitCounterWindowsParams{Windows: []db.RateLimitCounterGetParams{get("ip"), get("account")}, Device: device(epoch)})
+			require.NoError(t, err)
+			require.True(t, trusted)
+			require.Equal(t, []int64{0, limit, 0}, counts(t, store, "ip", "account", "phone"))
+			chain(device(epoch))
+			trusted, err = store.RateLimitCounterDeleteMany(ctx, &db.RateLimitCounterWindowsParams{Windows: []db.RateLimitCounterGetParams{get("account")}, Device: &db.RateLimitDeviceParams{
+				Window: 0, KeyHash: tokenHash("phone"), RevocationHash: tokenHash("account-devices"), Since: epoch,
+			}})
+			require.NoError(t, err)
+			require.True(t, trusted)
+			require.Equal(t, []int64{1, limit, 0}, counts(t, store, "ip", "account", "phone"), "the account's failures stay")
+		})
+
+		t.Run("ARevokedDeviceIsNone", func(t *testing.T) {
+			t.Parallel()
+
+			ctx := t.Context()
+			store := newStore(t)
+			require.NoError(t, store.RateLimitDeviceRevocationUpsert(ctx, tokenHash("account-devices")))
+			revokedAt, err := store.RateLimitDeviceRevocationGet(ctx, tokenHash("account-devices"))
+			require.NoError(t, err)
+
+			windows := []db.RateLimitCounterConsumeParams{window("ip"), window("account")}
+			// Issued before the revocation: none, in each statement.
+			result, err := store.RateLimitCounterConsumeChain(ctx, &db.RateLimitCounterChainParams{Windows: windows, Device: device(revokedAt.Add(-time.Microsecond))})
+			require.NoError(t, err)
+			require.False(t, result.DeviceTrusted)
+			require.Equal(t, []int64{1, 1, 0}, counts(t, store, "ip", "account", "phone"), "the account's bucket was spent")
+			peek, err := store.RateLimitCounterGetMany(ctx, &db.RateLimitCounterWindowsParams{Windows: []db.RateLimitCounterGetParams{get("ip"), get("account")}, Device: device(epoch)})
+			require.NoError(t, err)
+			require.False(t, peek.DeviceTrusted)
+			require.Equal(t, []int64{1, 1}, peek.Counts)
+			trusted, err := store.RateLimitCounterRefund(ctx, &db.RateLimitCounterWindowsParams{Windows: []db.RateLimitCounterGetParams{get("account")}, Device: &db.RateLimitDeviceParams{
+				Window: 0, KeyHash: tokenHash("phone"), RevocationHash: tokenHash("account-devices"), Since: epoch,
+			}})
+			require.NoError(t, err)
+			require.False(t, trusted)
+			require.Equal(t, []int64{1, 0, 0}, counts(t, store, "ip", "account", "phone"), "the account's bucket was refunded")
+
+			// Issued after it (carrying its time): trusted.
+			result, err = store.RateLimitCounterConsumeChain(ctx, &db.RateLimitCounterChainParams{Windows: windows, Device: device(revokedAt)})
+			require.NoError(t, err)
+			require.True(t, result.DeviceTrusted)
+			require.Equal(t, []int64{2, 0, 1}, counts(t, store, "ip", "account", "phone"))
+
+			// Another revocation: that one is revoked too, everywhere.
+			require.NoError(t, store.RateLimitDeviceRevocationUpsert(ctx, tokenHash("account-devices")))
+			result, err = store.RateLimitCounterConsumeChain(ctx, &db.RateLimitCounterChainParams{Windows: windows, Device: device(revokedAt)})
+			require.NoError(t, err)
+			require.False(t, result.DeviceTrusted)
+			require.Equal(t, []int64{3, 1, 1}, counts(t, store, "ip", "account", "phone"))
+		})
+
+		t.Run("RefusesBadDevices", func(t *testing.T) {
+			t.Parallel()
+
+			ctx := t.Context()
+			store := newStore(t)
+			for _, bad := range []*db.RateLimitDeviceParams{
+				{Window: 2, KeyHash: tokenHash("phone"), RevocationHash: tokenHash("r")},
+				{Window: -1, KeyHash: tokenHash("phone"), RevocationHash: tokenHash("r")},
+				{Window: 1, RevocationHash: tokenHash("r")},
+				{Window: 1, KeyHash: tokenHash("phone")},
+			} {
+				_, err := store.RateLimitCounterConsumeChain(ctx, &db.RateLimitCounterChainParams{Windows: []db.RateLimitCounterConsumeParams{window("ip"), window("account")}, Device: bad})
+				require.Error(t, err)
+				_, err = store.RateLimitCounterRefund(ctx, &db.RateLimitCounterWindowsParams{Windows: []db.RateLimitCounterGetParams{get("ip"), get("account")}, Device: bad})
+				require.Error(t, err)
+			}
+			require.Equal(t, []int64{0, 0}, counts(t, store, "ip", "account"), "nothing spent")
 		})
 	})
 }
@@ -1677,14 +2177,23 @@ func TestStore_User(t *testing.T) {
 
 			bundle, ctx := setup(t)
 
-			require.NoError(t, bundle.store.UserMarkEmailVerified(ctx, bundle.user.ID, now.Add(time.Minute)))
-			require.NoError(t, bundle.store.UserMarkEmailVerified(ctx, bundle.user.ID, now.Add(time.Hour)))
+			amelie, err := bundle.store.UserInsert(ctx, &db.UserInsertParams{Email: "amelie@example.fr", PasswordHash: "hash", Locale: "fr", Now: now})
+			require.NoError(t, err)
+			for _, at := range []time.Time{now.Add(time.Minute), now.Add(time.Hour)} {
+				locale, err := bundle.store.UserMarkEmailVerified(ctx, amelie.ID, at)
+				require.NoError(t, err)
+				require.Equal(t, "fr", locale, "the user's locale, for the page that says so")
+			}
 
-			user, err := bundle.store.UserGetByID(ctx, bundle.user.ID)
+			user, err := bundle.store.UserGetByID(ctx, amelie.ID)
 			require.NoError(t, err)
 			requireTimeEqual(t, now.Add(time.Minute), user.EmailVerifiedAt) // the first verification stays
+			other, err := bundle.store.UserGetByID(ctx, bundle.user.ID)
+			require.NoError(t, err)
+			require.Nil(t, other.EmailVerifiedAt, "another user's is untouched")
 
-			require.ErrorIs(t, bundle.store.UserMarkEmailVerified(ctx, bundle.user.ID+1000, now), db.ErrNotFound)
+			_, err = bundle.store.UserMarkEmailVerified(ctx, bundle.user.ID+1000, now)
+			require.ErrorIs(t, err, db.ErrNotFound)
 		})
 
 		t.Run("SetPassword", func(t *testing.T) {
@@ -1715,15 +2224,19 @@ func TestStore_User(t *testing.T) {
 
 			bundle, ctx := setup(t)
 
-			require.NoError(t, bundle.store.UserUnsubscribe(ctx, bundle.user.ID, now.Add(time.Minute)))
-			require.NoError(t, bundle.store.UserUnsubscribe(ctx, bundle.user.ID, now.Add(time.Hour)))
+			for _, at := range []time.Time{now.Add(time.Minute), now.Add(time.Hour)} {
+				locale, err := bundle.store.UserUnsubscribe(ctx, bundle.user.ID, at)
+				require.NoError(t, err)
+				require.Equal(t, bundle.user.Locale, locale)
+			}
 
 			user, err := bundle.store.UserGetByID(ctx, bundle.user.ID)
 			require.NoError(t, err)
 			requireTimeEqual(t, now.Add(time.Minute), user.UnsubscribedAt)
 			require.Nil(t, user.EmailVerifiedAt)
 
-			require.ErrorIs(t, bundle.store.UserUnsubscribe(ctx, bundle.user.ID+1000, now), db.ErrNotFound)
+			_, err = bundle.store.UserUnsubscribe(ctx, bundle.user.ID+1000, now)
+			require.ErrorIs(t, err, db.ErrNotFound)
 		})
 	})
 }

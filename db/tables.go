@@ -2,6 +2,7 @@ package db
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 )
@@ -46,15 +47,10 @@ type tables[TTx any] struct {
 // statement of three CTEs and thirteen parameters, on SQLite a connection held across
 // statements), so that a one-rule check costs what it did before chains.
 func (s *tables[TTx]) RateLimitCounterConsumeChain(ctx context.Context, params *RateLimitCounterChainParams) (*RateLimitCounterChainResult, error) {
-	if n := len(params.Windows); n == 0 || n > RateLimitChainMax {
-		return nil, fmt.Errorf("a rate limit chain has 1 to %d windows, got %d", RateLimitChainMax, n)
+	if err := checkWindows(len(params.Windows), func(i int) []byte { return params.Windows[i].KeyHash }, params.Device); err != nil {
+		return nil, err
 	}
-	for i := range params.Windows {
-		if len(params.Windows[i].KeyHash) == 0 {
-			return nil, fmt.Errorf("rate limit chain window %d has no key", i+1)
-		}
-	}
-	if len(params.Windows) > 1 || params.UserEmail != "" {
+	if len(params.Windows) > 1 || params.UserEmail != "" || params.Device != nil {
 		return s.Counters.RateLimitCounterConsumeChain(ctx, params)
 	}
 	count, ok, err := s.RateLimitCounterConsume(ctx, &params.Windows[0])
@@ -65,6 +61,58 @@ func (s *tables[TTx]) RateLimitCounterConsumeChain(ctx context.Context, params *
 		return &RateLimitCounterChainResult{}, nil
 	}
 	return &RateLimitCounterChainResult{Counts: []int64{count}}, nil
+}
+
+// RateLimitCounterGetMany implements Counters: it checks the windows.
+func (s *tables[TTx]) RateLimitCounterGetMany(ctx context.Context, params *RateLimitCounterWindowsParams) (*RateLimitCounterGetManyResult, error) {
+	if err := checkWindowsParams(params); err != nil {
+		return nil, err
+	}
+	return s.Counters.RateLimitCounterGetMany(ctx, params)
+}
+
+// RateLimitCounterDeleteMany implements Counters: it checks the windows.
+func (s *tables[TTx]) RateLimitCounterDeleteMany(ctx context.Context, params *RateLimitCounterWindowsParams) (bool, error) {
+	if err := checkWindowsParams(params); err != nil {
+		return false, err
+	}
+	return s.Counters.RateLimitCounterDeleteMany(ctx, params)
+}
+
+// RateLimitCounterRefund implements Counters: it checks the windows.
+func (s *tables[TTx]) RateLimitCounterRefund(ctx context.Context, params *RateLimitCounterWindowsParams) (bool, error) {
+	if err := checkWindowsParams(params); err != nil {
+		return false, err
+	}
+	return s.Counters.RateLimitCounterRefund(ctx, params)
+}
+
+func checkWindowsParams(params *RateLimitCounterWindowsParams) error {
+	return checkWindows(len(params.Windows), func(i int) []byte { return params.Windows[i].KeyHash }, params.Device)
+}
+
+// checkWindows checks a request's n windows (keyOf gives each one's key) and its device, for the
+// engines, whose statements take them as they are: 1 to RateLimitChainMax windows, each with a
+// key, and a device naming one of them with a bucket and a revocation key of its own.
+func checkWindows(n int, keyOf func(i int) []byte, device *RateLimitDeviceParams) error {
+	if n == 0 || n > RateLimitChainMax {
+		return fmt.Errorf("a rate limit chain has 1 to %d windows, got %d", RateLimitChainMax, n)
+	}
+	for i := range n {
+		if len(keyOf(i)) == 0 {
+			return fmt.Errorf("rate limit chain window %d has no key", i+1)
+		}
+	}
+	if device == nil {
+		return nil
+	}
+	if device.Window < 0 || device.Window >= n {
+		return fmt.Errorf("rate limit device names window %d of %d", device.Window+1, n)
+	}
+	if len(device.KeyHash) == 0 || len(device.RevocationHash) == 0 {
+		return errors.New("rate limit device has no bucket or revocation key")
+	}
+	return nil
 }
 
 // Engine implements Tables.
@@ -80,17 +128,20 @@ func (s *tables[TTx]) Transact(ctx context.Context, fn func(ctx context.Context,
 // own to the transaction, such as River's InsertTx. logger receives the line about running
 // again; slog.Default() when nil.
 //
-// A transaction whose connection was lost before its COMMIT was sent runs again, once, on
-// another connection (Engine.MayRetry): the server rolled it back when its session ended. One
-// whose COMMIT was sent and not answered is never run again: it may have committed.
+// A transaction whose connection was lost before its COMMIT was sent runs again, once, on a
+// connection the engine verified (Engine.MayRetry): the server rolled it back when its session
+// ended. One whose COMMIT was sent and not answered is never run again: it may have committed.
 func TransactTx[TTx any](ctx context.Context, engine Engine[TTx], logger *slog.Logger, fn func(ctx context.Context, tx TTx, q Queries) error) error {
 	committing, err := tryTx(ctx, engine, fn)
-	if err != nil && !committing && engine.MayRetry(ctx, err, true) {
+	if err == nil || committing {
+		return err
+	}
+	if retryCtx, ok := engine.MayRetry(ctx, err, true); ok {
 		if logger == nil {
 			logger = slog.Default()
 		}
 		logger.InfoContext(ctx, "transaction lost its connection before COMMIT; running it again", slog.String("error", err.Error()))
-		_, err = tryTx(ctx, engine, fn)
+		_, err = tryTx(retryCtx, engine, fn)
 	}
 	return err
 }
@@ -113,7 +164,8 @@ func tryTx[TTx any](ctx context.Context, engine Engine[TTx], fn func(ctx context
 	}
 	if err := engine.Commit(ctx, tx); err != nil {
 		// A COMMIT that failed before it was sent is safe to run again with its transaction.
-		return !engine.MayRetry(ctx, err, false), fmt.Errorf("error committing transaction: %w", err)
+		_, sentNothing := engine.MayRetry(ctx, err, false)
+		return !sentNothing, fmt.Errorf("error committing transaction: %w", err)
 	}
 	return true, nil
 }

@@ -132,7 +132,7 @@ func TestNewTables(t *testing.T) {
 			require.Equal(t, []string{
 				"email_messages", "email_suppressions", "email_tokens", "goose_db_version",
 				"postguard_limiter_db_version", "postguard_mail_db_version", "rate_limit_counters",
-				"send_pacer", "users", "webhook_events",
+				"rate_limit_device_revocations", "send_pacer", "users", "webhook_events",
 			}, host.tableNames(t), "the parts' tables and goose tables, beside the host's: no River, no users or heartbeat of postguard's")
 			require.Equal(t, 2, host.count(t, "goose_db_version"), "the host's own versions untouched")
 			var login string
@@ -152,7 +152,7 @@ func TestNewTables(t *testing.T) {
 			require.Empty(t, host.tableNames(t), "MigrationsBehind only reads")
 
 			require.NoError(t, host.tables.MigrateTables(ctx, opts))
-			require.Equal(t, []string{"postguard_limiter_db_version", "rate_limit_counters"}, host.tableNames(t))
+			require.Equal(t, []string{"postguard_limiter_db_version", "rate_limit_counters", "rate_limit_device_revocations"}, host.tableNames(t))
 			behind, err = host.tables.MigrationsBehind(ctx, opts)
 			require.NoError(t, err)
 			require.Empty(t, behind)
@@ -171,10 +171,18 @@ func TestNewTables(t *testing.T) {
 			res, err := host.tables.RateLimitCounterConsumeChain(ctx, &db.RateLimitCounterChainParams{Windows: windows})
 			require.NoError(t, err)
 			require.Equal(t, []int64{1, 1}, res.Counts)
-			counts, err := host.tables.RateLimitCounterGetMany(ctx, []db.RateLimitCounterGetParams{{KeyHash: tokenHash("ip"), WindowStart: now}})
+			peek := &db.RateLimitCounterWindowsParams{Windows: []db.RateLimitCounterGetParams{{KeyHash: tokenHash("ip"), WindowStart: now}}}
+			got, err := host.tables.RateLimitCounterGetMany(ctx, peek)
 			require.NoError(t, err)
-			require.Equal(t, []int64{1}, counts)
-			require.NoError(t, host.tables.RateLimitCounterDelete(ctx, &db.RateLimitCounterDeleteParams{KeyHash: tokenHash("ip"), WindowStart: now}))
+			require.Equal(t, []int64{1}, got.Counts)
+			_, err = host.tables.RateLimitCounterRefund(ctx, peek)
+			require.NoError(t, err)
+			_, err = host.tables.RateLimitCounterDeleteMany(ctx, peek)
+			require.NoError(t, err)
+			// The trusted devices' revocations are the limiter's part too.
+			require.NoError(t, host.tables.RateLimitDeviceRevocationUpsert(ctx, tokenHash("account")))
+			_, err = host.tables.RateLimitDeviceRevocationGet(ctx, tokenHash("account"))
+			require.NoError(t, err)
 		})
 
 		t.Run("MigrateTablesNamesItsParts", func(t *testing.T) {
@@ -285,7 +293,7 @@ func TestNewEngineFromDB(t *testing.T) {
 	t.Cleanup(func() { sqlDB.Close() })
 	engine, err := sqlite.NewEngineFromDB(sqlDB, nil)
 	require.NoError(t, err)
-	_, err = engine.AppSecret()
+	_, err = engine.AppSecret(t.Context())
 	require.ErrorContains(t, err, "give APP_SECRET")
 	require.NoError(t, engine.Close())
 	require.NoError(t, sqlDB.Ping(), "the host's *sql.DB stays open")

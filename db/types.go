@@ -68,6 +68,41 @@ type EmailMessage struct {
 	// PayloadSHA256 is the SHA-256 of what the job's attempts send under IdempotencyKey (never the
 	// bytes, which hold the link's token); nil for a message of before it was kept.
 	PayloadSHA256 []byte
+	// Provider is the name of the provider that accepted the mail (resend, smtp, log…), written
+	// with AcceptedAt; nil until then, and for mail accepted before providers were recorded.
+	Provider *string
+	// ProviderInDoubt is the provider an attempt handed the mail to without hearing that it took
+	// it or did not (its answer was lost, or the worker died): the job's later attempts send to
+	// it alone, never to another provider, which could deliver the mail a second time. nil when
+	// no provider may hold the mail unaccepted.
+	ProviderInDoubt *string
+}
+
+// EmailMessageMarkAcceptedParams record that a provider accepted a job's message.
+type EmailMessageMarkAcceptedParams struct {
+	JobID int64
+	// Provider is the name of the provider that accepted it; ProviderID the id it gave the mail.
+	Provider   string
+	ProviderID string
+	Now        time.Time
+}
+
+// EmailMessageSetProviderInDoubtParams record, before a send, the provider a job's message is
+// handed to, or clear it (Provider nil) once that provider answered that it did not take it.
+type EmailMessageSetProviderInDoubtParams struct {
+	JobID    int64
+	Provider *string
+	Now      time.Time
+}
+
+// EmailMessageMarkBouncedParams record that a provider refused a job's recipient for good while
+// the mail was sent (an SMTP relay's 5xx to RCPT TO): BounceType and BounceSubType are its
+// classification, as a provider's bounce event gives them.
+type EmailMessageMarkBouncedParams struct {
+	JobID         int64
+	BounceType    string
+	BounceSubType string
+	Now           time.Time
 }
 
 // EmailMessageMarkSuppressedParams are the fields of a job's message row when its mail is held
@@ -147,6 +182,14 @@ type EmailToken struct {
 	Sealed []byte
 }
 
+// TokenOwner is the user of a usable email token (EmailTokenLookup).
+type TokenOwner struct {
+	UserID int64
+	// Locale is the user's locale (User.Locale), "" when unknown or when the user is gone: the
+	// language of the pages the token's link opens.
+	Locale string
+}
+
 // EmailMessageInsertParams are the fields of a job's new message row.
 type EmailMessageInsertParams struct {
 	JobID          int64
@@ -208,6 +251,9 @@ type RateLimitCounterChainParams struct {
 	// UserEmail, when not empty, is a normalised email whose user is read when every window
 	// admitted.
 	UserEmail string
+	// Device, when not nil, is a trusted device whose own bucket one of the windows is counted in
+	// instead, while the device stands.
+	Device *RateLimitDeviceParams
 }
 
 // RateLimitCounterChainResult is what RateLimitCounterConsumeChain spent and read.
@@ -218,6 +264,43 @@ type RateLimitCounterChainResult struct {
 	Counts []int64
 	// User is UserEmail's user when every window admitted and there is one; nil otherwise.
 	User *User
+	// DeviceTrusted says the Device stood: its window was the device's own bucket.
+	DeviceTrusted bool
+}
+
+// RateLimitDeviceParams are a trusted-device token's part in a request's windows: while no
+// revocation of its account's devices is recorded later than Since, the window at Window is
+// counted in the device's own bucket, KeyHash, instead of the account's. The check is made in the
+// same round trip as the windows' own statements.
+type RateLimitDeviceParams struct {
+	// Window is the index, among the request's windows, of the one the device's bucket replaces
+	// (the key rule's).
+	Window int
+	// KeyHash is the device's own bucket of that window's rule.
+	KeyHash []byte
+	// RevocationHash is the key the account's revocations are recorded under
+	// (RateLimitDeviceRevocationUpsert).
+	RevocationHash []byte
+	// Since is the account's last revocation time when the token was issued
+	// (RateLimitDeviceRevocationGet), the Unix epoch when there was none.
+	Since time.Time
+}
+
+// RateLimitCounterWindowsParams are several fixed windows of a request, each of a different key,
+// in the order its rules are checked (at most RateLimitChainMax), and the trusted device it
+// carries, if any: what RateLimitCounterGetMany reads, RateLimitCounterRefund gives back to and
+// RateLimitCounterDeleteMany deletes.
+type RateLimitCounterWindowsParams struct {
+	Windows []RateLimitCounterGetParams
+	Device  *RateLimitDeviceParams
+}
+
+// RateLimitCounterGetManyResult is what RateLimitCounterGetMany read.
+type RateLimitCounterGetManyResult struct {
+	// Counts holds each window's count, in the order asked (0 when nothing was counted).
+	Counts []int64
+	// DeviceTrusted says the Device stood: its window's count is the device's own bucket's.
+	DeviceTrusted bool
 }
 
 // RateLimitCounterGetParams names one fixed window of one key.
@@ -230,4 +313,11 @@ type RateLimitCounterGetParams struct {
 type RateLimitCounterDeleteParams struct {
 	KeyHash     []byte
 	WindowStart time.Time
+}
+
+// SecretCheckParams are the check value of a secret (never the secret itself: an HMAC of a
+// fixed label under a key derived from it) and when it is recorded.
+type SecretCheckParams struct {
+	CheckValue []byte
+	Now        time.Time
 }

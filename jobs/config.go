@@ -25,6 +25,7 @@ import (
 	"github.com/riverqueue/river/riverlog"
 	"github.com/riverqueue/river/rivertype"
 
+	"github.com/postguard/postguard/api/abuse"
 	"github.com/postguard/postguard/db"
 	"github.com/postguard/postguard/jobs/mail"
 	"github.com/postguard/postguard/tokens"
@@ -49,6 +50,11 @@ const (
 	DefaultPruneInterval    = time.Hour        // PRUNE_INTERVAL
 )
 
+// DeviceRevocationMargin is how long past DeviceTokenTTL a revocation of trusted devices is kept:
+// a token's expiry is judged by the clock of the process that reads it, and its issue time was
+// stamped by another's, so the margin covers any skew between them (a day, far more than any).
+const DeviceRevocationMargin = 24 * time.Hour
+
 // EmailMaxAttempts is how many times an email job is tried before it is discarded (snoozes do
 // not count): with RetryPolicy, about 0, 1, 3, 7 and 15 minutes after the first attempt.
 const EmailMaxAttempts = 5
@@ -67,8 +73,14 @@ type Deps struct {
 	// counts with. NewRiverConfig requires it, as it turns River's own job cleaner off; for a
 	// host app's workers (NewWorkers) nil leaves finished jobs to the host's River.
 	Jobs RiverClient
-	// Sender delivers mail. nil means MAILER=none: the email queue is not worked, and email jobs
-	// stay queued (nothing is lost) until a process with a sender starts.
+	// Providers deliver mail, in failover order (MAILER=resend,smtp): an attempt goes to the
+	// first whose circuit is closed, and on to the next after an outage that left the provider
+	// without the mail (see Provider). None (and no Sender) means MAILER=none: the email queue is
+	// not worked, and email jobs stay queued (nothing is lost) until a process with a provider
+	// starts.
+	Providers []Provider
+	// Sender, when Providers is empty, is the one provider: named DefaultProviderName ("resend")
+	// and paced at Config.MaxRPS, as postguard's one sender always was.
 	Sender mail.Sender
 	// Logger receives the workers' lines (and River's). Defaults to slog.Default().
 	Logger *slog.Logger
@@ -96,6 +108,9 @@ type Config struct {
 	Secret []byte
 	// AppURL is the base of the links in mail (APP_URL), e.g. https://example.com.
 	AppURL string
+	// LoginURL is where the welcome mail's button goes (APP_LOGIN_URL): the app's sign-in
+	// page. Default AppURL.
+	LoginURL string
 	// EmailWorkers is how many email jobs one process works at once (EMAIL_WORKERS).
 	EmailWorkers int
 	// JobTimeout bounds one attempt of a job (JOB_TIMEOUT).
@@ -109,11 +124,19 @@ type Config struct {
 	// CounterRetention is how long rate-limit counters are kept after their window ends, and
 	// email tokens after they expire (COUNTER_RETENTION).
 	CounterRetention time.Duration
+	// DeviceTokenTTL is the life of a trusted-device token (DEVICE_TOKEN_TTL,
+	// abuse.DefaultDeviceTokenTTL when zero): prune keeps a revocation of devices until every
+	// token it revoked has expired, DeviceTokenTTL and DeviceRevocationMargin after it.
+	DeviceTokenTTL time.Duration
 	// PruneInterval is the period of the prune job (PRUNE_INTERVAL).
 	PruneInterval time.Duration
-	// MaxRPS is the most sends per second, all worker processes together (RESEND_MAX_RPS);
-	// 0 (or a rate so high that its slots would be under a microsecond apart) sends unpaced.
+	// MaxRPS is the most sends per second through Deps.Sender, all worker processes together
+	// (RESEND_MAX_RPS); 0 (or a rate so high that its slots would be under a microsecond apart)
+	// sends unpaced. Deps.Providers carry their own.
 	MaxRPS float64
+	// CircuitCooldown is how long a provider's circuit stays open after an outage before the
+	// provider is tried in its turn again. Defaults to DefaultCircuitCooldown.
+	CircuitCooldown time.Duration
 	// FetchCooldown and FetchPollInterval tune River's fetch loop; zero takes River's defaults
 	// (100ms, 1s).
 	FetchCooldown, FetchPollInterval time.Duration
@@ -133,6 +156,8 @@ func (c *Config) withDefaults() *Config {
 	out.JobRetention = cmp.Or(out.JobRetention, DefaultJobRetention)
 	out.CounterRetention = cmp.Or(out.CounterRetention, DefaultCounterRetention)
 	out.PruneInterval = cmp.Or(out.PruneInterval, DefaultPruneInterval)
+	out.CircuitCooldown = cmp.Or(out.CircuitCooldown, DefaultCircuitCooldown)
+	out.DeviceTokenTTL = cmp.Or(out.DeviceTokenTTL, abuse.DefaultDeviceTokenTTL)
 	out.AppURL = strings.TrimRight(out.AppURL, "/")
 	if out.NowFunc == nil {
 		out.NowFunc = time.Now
@@ -175,6 +200,13 @@ func NewWorkers(deps *Deps, config *Config) (*Workers, error) {
 	if err != nil {
 		return nil, err
 	}
+	providers, err := newProviders(deps, config, deps.Store)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range providers {
+		metrics.circuit(p.name, false)
+	}
 	logger := cmp.Or(deps.Logger, slog.Default())
 	renderer := deps.Renderer
 	if renderer == nil {
@@ -185,15 +217,14 @@ func NewWorkers(deps *Deps, config *Config) (*Workers, error) {
 
 	m := &mailer{
 		jobTimeout: config.JobTimeout,
-		links:      &linkBuilder{appURL: config.AppURL, secret: config.Secret},
+		links:      &linkBuilder{appURL: config.AppURL, loginURL: cmp.Or(config.LoginURL, config.AppURL), secret: config.Secret},
 		logger:     logger,
 		metrics:    metrics,
 		nowFunc:    config.NowFunc,
-		pacer:      newPacer(deps.Store, config.MaxRPS),
+		providers:  providers,
 		recipients: deps.Recipients,
 		renderer:   renderer,
 		sealer:     sealer,
-		sender:     deps.Sender,
 		store:      deps.Store,
 	}
 	return &Workers{
@@ -283,7 +314,7 @@ func NewRiverConfig(deps *Deps, config *Config) (*river.Config, error) {
 	riverConfig.Queues = map[string]river.QueueConfig{
 		QueueMaintenance: {MaxWorkers: 1},
 	}
-	if deps.Sender != nil {
+	if deps.Sender != nil || len(deps.Providers) > 0 {
 		riverConfig.Queues[QueueEmail] = river.QueueConfig{MaxWorkers: config.EmailWorkers}
 	} else {
 		logger.Warn("no mailer configured (MAILER=none): email jobs stay queued until a worker with a mailer starts; set RESEND_API_KEY or MAILER=log")

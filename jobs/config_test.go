@@ -190,6 +190,40 @@ func TestNewRiverConfig(t *testing.T) {
 			require.ErrorContains(t, err, "jobs: Config.Secret (APP_SECRET)")
 		}
 	})
+
+	t.Run("ProvidersWorkTheEmailQueue", func(t *testing.T) {
+		t.Parallel()
+
+		bundle := setup(t)
+		bundle.deps.Sender = nil
+		bundle.deps.Providers = []Provider{{Name: "smtp", Sender: nopSender{}, MaxRPS: 2}}
+
+		riverConfig, err := NewRiverConfig(bundle.deps, validConfig())
+		require.NoError(t, err)
+		require.Equal(t, DefaultEmailWorkers, riverConfig.Queues[QueueEmail].MaxWorkers)
+	})
+
+	t.Run("BadProviders", func(t *testing.T) {
+		t.Parallel()
+
+		for _, tt := range []struct {
+			name      string
+			providers []Provider
+			want      string
+		}{
+			{"NoName", []Provider{{Sender: nopSender{}}}, "without a Name"},
+			{"NoSender", []Provider{{Name: "smtp"}}, `provider "smtp" has no Sender`},
+			{"Twice", []Provider{{Name: "smtp", Sender: nopSender{}}, {Name: "smtp", Sender: nopSender{}}}, `provider "smtp" is named twice`},
+			{"NegativeRate", []Provider{{Name: "smtp", Sender: nopSender{}, MaxRPS: -1}}, "negative MaxRPS"},
+		} {
+			t.Run(tt.name, func(t *testing.T) {
+				t.Parallel()
+
+				_, err := NewWorkers(&Deps{Store: nopStore{}, Recipients: UserRecipients(nopStore{}), Providers: tt.providers}, validConfig())
+				require.ErrorContains(t, err, tt.want)
+			})
+		}
+	})
 }
 
 func TestArgs_InsertOpts(t *testing.T) {

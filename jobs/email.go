@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
@@ -47,6 +48,8 @@ const (
 	// metadataPacerSlot holds, across a pacer snooze, the send slot (Unix microseconds) the job
 	// reserved, so that it comes back to that slot instead of queueing again.
 	metadataPacerSlot = "pacer_slot_us"
+	// metadataPacerSlotProvider names the provider whose budget the slot is of.
+	metadataPacerSlotProvider = "pacer_slot_provider"
 )
 
 // jobMetadata is what the email workers read of a job's metadata.
@@ -55,6 +58,9 @@ type jobMetadata struct {
 	Snoozes      int64  `json:"snoozes"`
 	PacerSnoozes int64  `json:"pacer_snoozes"`
 	PacerSlotUS  *int64 `json:"pacer_slot_us"`
+	// PacerSlotProvider is the provider of PacerSlotUS; "" for a slot kept before there were
+	// several, which was Resend's (DefaultProviderName).
+	PacerSlotProvider string `json:"pacer_slot_provider"`
 }
 
 func parseJobMetadata(raw []byte) jobMetadata {
@@ -102,8 +108,9 @@ func (w *emailWorker[T]) Work(ctx context.Context, job *river.Job[T]) error {
 
 // linkBuilder makes the links of the mail.
 type linkBuilder struct {
-	appURL string // without a trailing slash
-	secret []byte
+	appURL   string // without a trailing slash
+	loginURL string // the welcome's button
+	secret   []byte
 }
 
 func (l *linkBuilder) verifyURL(raw string) string {
@@ -118,19 +125,18 @@ func (l *linkBuilder) unsubscribeURL(userID int64) string {
 	return l.appURL + "/v1/unsubscribe?token=" + tokens.Unsubscribe(l.secret, userID)
 }
 
-// mailer is what the email workers share: the store, the recipients, the sender, the pacer, the
-// token sealer, the renderer and the delivery metric.
+// mailer is what the email workers share: the store, the recipients, the providers (each with its
+// pacer and circuit), the token sealer, the renderer and the delivery metrics.
 type mailer struct {
 	jobTimeout time.Duration
 	links      *linkBuilder
 	logger     *slog.Logger
 	metrics    *metrics
 	nowFunc    func() time.Time
-	pacer      *pacer
+	providers  []*provider
 	recipients Recipients
 	renderer   *mail.Renderer
 	sealer     *tokens.Sealer
-	sender     mail.Sender
 	store      db.Tables
 }
 
@@ -143,6 +149,8 @@ type attempt struct {
 	// keyExpires is when the provider forgets the job's idempotency key (its creation, on the
 	// workers' clock, plus IdempotencyKeyLifetime); zero until prepare has read or made it.
 	keyExpires time.Time
+	// provider is the provider the attempt is at, or ended at; "" before it reaches one.
+	provider string
 }
 
 // keyDeadline is the time no wait of the attempt may pass: its key's end, or before prepare, the
@@ -161,7 +169,7 @@ func (m *mailer) work(ctx context.Context, job *rivertype.JobRow, userID int64, 
 
 	err := m.deliver(a, userID, spec)
 	label, result := outcome(job, a.meta, a.keyDeadline(), m.nowFunc(), err)
-	m.metrics.delivery(job.Kind, label)
+	m.metrics.delivery(job.Kind, cmp.Or(a.provider, ProviderNone), label)
 	switch {
 	case err == nil:
 		a.logger.InfoContext(ctx, "email sent")
@@ -192,8 +200,8 @@ func (m *mailer) jobLogger(ctx context.Context, job *rivertype.JobRow, userID in
 // when there is nothing to send, a *suppressedMail when its address is on the suppression list,
 // a *snoozed to wait, or the error that stopped it.
 func (m *mailer) deliver(a *attempt, userID int64, spec *emailSpec) error {
-	if m.sender == nil {
-		// Not reached in practice: without a sender the email queue is not worked at all.
+	if len(m.providers) == 0 {
+		// Not reached in practice: without a provider the email queue is not worked at all.
 		return errors.New("no mailer configured (MAILER=none)")
 	}
 	user, err := m.recipient(a.ctx, userID)
@@ -219,19 +227,8 @@ func (m *mailer) deliver(a *attempt, userID int64, spec *emailSpec) error {
 	if dl.accepted {
 		return &skipped{reason: "the provider accepted this job's email in an earlier attempt; not sending again"}
 	}
-	msg := dl.msg
-	msg.IdempotencyKey, msg.Kind = dl.key, a.job.Kind
-
-	if err := m.pace(a); err != nil {
-		return err
-	}
-	providerID, err := m.sender.Send(a.ctx, msg)
-	if err != nil {
-		return sendError(a.ctx, a.job.Kind, err)
-	}
-	// Should this fail, the provider has the mail: the next attempt sends the same bytes under
-	// the same key, which the provider answers without delivering again, and records it then.
-	return m.markAccepted(a, providerID, spec.purpose)
+	dl.msg.IdempotencyKey, dl.msg.Kind = dl.key, a.job.Kind
+	return m.send(a, user, dl, spec.purpose)
 }
 
 // recipient reads the job's user from the Recipients: the one place workers read a user. Its
@@ -296,6 +293,11 @@ type delivery struct {
 	// accepted says the provider accepted the job's mail already (an earlier attempt died before
 	// River heard of it): the job completes without sending, and msg is nil.
 	accepted bool
+	// inDoubt is the provider the message row says may have the mail (an earlier attempt handed
+	// it over and never heard whether it was taken), or ""; doubtIsOurs says this attempt
+	// recorded it.
+	inDoubt     string
+	doubtIsOurs bool
 }
 
 // prepare returns the job's delivery. The first attempt creates it: it chooses the locale (the
@@ -355,7 +357,11 @@ func (m *mailer) prepare(a *attempt, user *Recipient, spec *emailSpec) (*deliver
 	}
 	digest := payloadDigest(msg)
 	if bytes.Equal(digest, message.PayloadSHA256) {
-		return &delivery{key: message.IdempotencyKey, msg: msg}, nil
+		dl := &delivery{key: message.IdempotencyKey, msg: msg}
+		if message.ProviderInDoubt != nil {
+			dl.inDoubt = *message.ProviderInDoubt
+		}
+		return dl, nil
 	}
 
 	a.logger.WarnContext(a.ctx, "the job's mail renders other bytes than at its first attempt (templates, APP_NAME or APP_URL changed, or the user's name); sending it under a new idempotency key",
@@ -436,11 +442,19 @@ func (m *mailer) start(a *attempt, user *Recipient, spec *emailSpec, now time.Ti
 	return dl, nil
 }
 
-// markAccepted records that the provider accepted the job's mail, and erases the sealed copy of
-// its token: nothing will send it again.
-func (m *mailer) markAccepted(a *attempt, providerID string, purpose db.TokenPurpose) error {
+// markAccepted records that provider accepted the job's mail, with its id for it, and erases the
+// sealed copy of its token: nothing will send it again. Should this fail, the provider has the
+// mail and the message row keeps it in doubt there: the next attempt sends the same bytes under
+// the same key to the same provider, which Resend answers without delivering again (an SMTP
+// server may deliver it twice), and records it then.
+func (m *mailer) markAccepted(a *attempt, provider, providerID string, purpose db.TokenPurpose) error {
 	err := m.store.Transact(a.ctx, func(ctx context.Context, tx db.Queries) error {
-		if err := tx.EmailMessageMarkAccepted(ctx, a.job.ID, providerID, m.nowFunc()); err != nil {
+		if err := tx.EmailMessageMarkAccepted(ctx, &db.EmailMessageMarkAcceptedParams{
+			JobID:      a.job.ID,
+			Provider:   provider,
+			ProviderID: providerID,
+			Now:        m.nowFunc(),
+		}); err != nil {
 			return err
 		}
 		if purpose == "" {
@@ -454,7 +468,7 @@ func (m *mailer) markAccepted(a *attempt, providerID string, purpose db.TokenPur
 	return nil
 }
 
-// pace waits for the job's send slot. When the slot is further away than half the job's timeout
+// pace waits for the job's send slot in p's budget. When the slot is further away than half the job's timeout
 // (a deep backlog across many workers), it snoozes the job until the slot instead, keeping the
 // slot in the job's metadata: the job comes back to send in it without queueing again, so no
 // slot is wasted and a backlog cannot push the schedule away faster than it drains (were the slot
@@ -468,25 +482,39 @@ func (m *mailer) markAccepted(a *attempt, providerID string, purpose db.TokenPur
 // (a.keyDeadline) is not waited for: the attempt fails like any error, as a provider snooze past
 // it does, and the job is retried on RetryPolicy's schedule (with a new key, see prepare) rather
 // than sent with a key the provider may have forgotten.
-func (m *mailer) pace(a *attempt) error {
-	if m.pacer == nil {
-		return nil
-	}
-
-	var slot, now time.Time
-	var err error
-	if a.meta.PacerSlotUS != nil {
+func (m *mailer) pace(a *attempt, p *provider) error {
+	var (
+		slot, now time.Time
+		err       error
+		kept      = a.meta.PacerSlotUS
+	)
+	if kept != nil {
 		// A slot reserved before a pacer snooze. Clear it whatever this attempt's outcome: it is
-		// spent now.
-		slot = time.UnixMicro(*a.meta.PacerSlotUS)
-		if err := river.MetadataSet(a.ctx, metadataPacerSlot, nil); err != nil {
+		// spent now, or it is of a provider this attempt does not send through (its circuit
+		// opened meanwhile), and wasted.
+		a.meta.PacerSlotUS = nil
+		if err := errors.Join(
+			river.MetadataSet(a.ctx, metadataPacerSlot, nil),
+			river.MetadataSet(a.ctx, metadataPacerSlotProvider, nil),
+		); err != nil {
 			return fmt.Errorf("error clearing send slot: %w", err)
 		}
-		if now, err = m.pacer.now(a.ctx); err != nil {
+		if cmp.Or(a.meta.PacerSlotProvider, DefaultProviderName) != p.name {
+			kept = nil
+		}
+	}
+	switch {
+	case p.pacer == nil:
+		return nil
+	case kept != nil:
+		slot = time.UnixMicro(*kept)
+		if now, err = p.pacer.now(a.ctx); err != nil {
 			return err
 		}
-	} else if slot, now, err = m.pacer.reserve(a.ctx); err != nil {
-		return err
+	default:
+		if slot, now, err = p.pacer.reserve(a.ctx); err != nil {
+			return err
+		}
 	}
 
 	wait := slot.Sub(now)
@@ -497,6 +525,7 @@ func (m *mailer) pace(a *attempt) error {
 	if wait > m.jobTimeout/2 {
 		if err := errors.Join(
 			river.MetadataSet(a.ctx, metadataPacerSlot, slot.UnixMicro()),
+			river.MetadataSet(a.ctx, metadataPacerSlotProvider, p.name),
 			river.MetadataSet(a.ctx, metadataPacerSnoozes, a.meta.PacerSnoozes+1),
 		); err != nil {
 			return fmt.Errorf("error keeping send slot: %w", err)

@@ -343,12 +343,34 @@ func TestWelcomeEmailWorker(t *testing.T) {
 			}
 		})
 
+		t.Run("ButtonGoesToLogin", func(t *testing.T) {
+			t.Parallel()
+
+			// APP_LOGIN_URL: the welcome's button goes to the app's sign-in, not APP_URL (the
+			// service's own origin, which has no page at /).
+			bundle := setup(t, newStore, &setupOpts{configure: func(config *Config) { config.LoginURL = "https://acme.example/login" }})
+			user := createUser(t, bundle.store)
+			_, err := bundle.work(t, WelcomeEmailArgs{UserID: user.ID}, nil)
+			require.NoError(t, err)
+			delivery := bundle.fake.Deliveries()[0]
+			require.Contains(t, delivery.Text, "Get started: https://acme.example/login\n")
+			require.Contains(t, delivery.HTML, `<a href="https://acme.example/login" style="display:inline-block;`)
+
+			// Without it, APP_URL as before.
+			bundle = setup(t, newStore, nil)
+			user = createUser(t, bundle.store)
+			_, err = bundle.work(t, WelcomeEmailArgs{UserID: user.ID}, nil)
+			require.NoError(t, err)
+			require.Contains(t, bundle.fake.Deliveries()[0].Text, "Get started: "+testAppURL+"\n")
+		})
+
 		t.Run("UnsubscribedUserIsNotSent", func(t *testing.T) {
 			t.Parallel()
 
 			bundle := setup(t, newStore, nil)
 			user := createUser(t, bundle.store)
-			require.NoError(t, bundle.store.UserUnsubscribe(t.Context(), user.ID, time.Now()))
+			_, err := bundle.store.UserUnsubscribe(t.Context(), user.ID, time.Now())
+			require.NoError(t, err)
 			res, err := bundle.work(t, WelcomeEmailArgs{UserID: user.ID}, nil)
 			require.NoError(t, err)
 
@@ -648,7 +670,7 @@ func TestEmailWorkers_Delivery(t *testing.T) {
 			require.Error(t, err)
 			require.Len(t, bundle.fake.Deliveries(), 1)
 			// What the dead attempt had recorded: the acceptance.
-			require.NoError(t, bundle.store.EmailMessageMarkAccepted(t.Context(), died.Job.ID, bundle.fake.Deliveries()[0].ID, bundle.clock.Now()))
+			require.NoError(t, bundle.store.EmailMessageMarkAccepted(t.Context(), &db.EmailMessageMarkAcceptedParams{JobID: died.Job.ID, Provider: "resend", ProviderID: bundle.fake.Deliveries()[0].ID, Now: bundle.clock.Now()}))
 
 			// Rescued: the same job, attempted again.
 			rescued, err := bundle.workAgain(t, died.Job)

@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -25,6 +26,7 @@ import (
 	"github.com/postguard/postguard/internal/riverstore"
 	"github.com/postguard/postguard/jobs/mail"
 	"github.com/postguard/postguard/jobs/mail/resendfake"
+	"github.com/postguard/postguard/jobs/mail/smtpfake"
 )
 
 // testSecret is APP_SECRET in the jobs' tests.
@@ -87,6 +89,7 @@ type testBundle struct {
 	config      *Config
 	deps        *Deps
 	fake        *resendfake.Server
+	smtp        *smtpfake.Server
 	logs        *syncBuffer
 	registry    *prometheus.Registry
 	riverConfig *river.Config
@@ -105,6 +108,14 @@ type setupOpts struct {
 	recipients func(store *dbtest.Store) Recipients
 	// renderer renders the mail; nil for the built-in templates.
 	renderer *mail.Renderer
+	// providers, when set, are the workers' Providers in order, by name: "resend" (the
+	// ResendSender to the resendfake, after sender), "smtp" (an SMTPSender over STARTTLS with
+	// AUTH to an smtpfake). Unset, the ResendSender is Deps.Sender.
+	providers []string
+	// smtp configures the smtpfake; nil starts one with STARTTLS and AUTH.
+	smtp *smtpfake.Config
+	// smtpScheme is the SMTP_URL scheme of the SMTPSender; smtp (STARTTLS) when "".
+	smtpScheme string
 }
 
 func setup(t *testing.T, newStore dbtest.NewStoreFunc, opts *setupOpts) *testBundle {
@@ -153,6 +164,21 @@ func setup(t *testing.T, newStore dbtest.NewStoreFunc, opts *setupOpts) *testBun
 	if opts.recipients != nil {
 		deps.Recipients = opts.recipients(store)
 	}
+	var smtp *smtpfake.Server
+	for _, name := range opts.providers {
+		switch name {
+		case "resend":
+			deps.Providers = append(deps.Providers, Provider{Name: name, Sender: sender})
+		case "smtp":
+			smtp = newSMTPFake(t, opts.smtp)
+			deps.Providers = append(deps.Providers, Provider{Name: name, Sender: newSMTPSender(t, smtp, cmp.Or(opts.smtpScheme, mail.SMTPSchemeStartTLS))})
+		default:
+			require.FailNow(t, "no provider "+name)
+		}
+	}
+	if len(deps.Providers) > 0 {
+		deps.Sender = nil
+	}
 	workers, err := NewWorkers(deps, config)
 	require.NoError(t, err)
 	riverConfig, err := NewRiverConfig(deps, config)
@@ -166,12 +192,45 @@ func setup(t *testing.T, newStore dbtest.NewStoreFunc, opts *setupOpts) *testBun
 		config:      config,
 		deps:        deps,
 		fake:        fake,
+		smtp:        smtp,
 		logs:        logs,
 		registry:    registry,
 		riverConfig: riverConfig,
 		store:       store,
 		workers:     workers,
 	}
+}
+
+// smtpUser and smtpPassword are the smtpfake's credentials in the workers' tests.
+const (
+	smtpUser     = "postguard"
+	smtpPassword = "relay p@ss"
+)
+
+// newSMTPFake starts an smtpfake with config, or with STARTTLS and AUTH (smtpUser, smtpPassword).
+func newSMTPFake(t *testing.T, config *smtpfake.Config) *smtpfake.Server {
+	t.Helper()
+
+	if config == nil {
+		config = &smtpfake.Config{Username: smtpUser, Password: smtpPassword}
+	}
+	return smtpfake.New(t, config)
+}
+
+// newSMTPSender is an SMTPSender to fake on scheme, trusting its certificate.
+func newSMTPSender(t *testing.T, fake *smtpfake.Server, scheme string) *mail.SMTPSender {
+	t.Helper()
+
+	u, err := mail.ParseSMTPURL(fake.URL(scheme))
+	require.NoError(t, err)
+	sender, err := mail.NewSMTPSender(&mail.SMTPConfig{
+		URL:       u,
+		From:      "Postguard <no-reply@example.com>",
+		TLSConfig: fake.ClientTLSConfig(),
+		Timeout:   10 * time.Second,
+	})
+	require.NoError(t, err)
+	return sender
 }
 
 // deploy replaces the bundle's workers with ones rendering through renderer, as a deploy of other
@@ -283,14 +342,22 @@ func (b *testBundle) requireRetrySentSameMail(t *testing.T) (string, resendfake.
 	return key, deliveries[0]
 }
 
-// deliveries counts postguard_email_deliveries_total{kind,outcome}.
+// deliveries counts postguard_email_deliveries_total{kind,outcome}, whatever the provider.
 func (b *testBundle) deliveries(t *testing.T, kind, outcome string) float64 {
+	t.Helper()
+
+	return b.counter(t, "postguard_email_deliveries_total", map[string]string{"kind": kind, "outcome": outcome})
+}
+
+// counter sums the counters of family name whose labels include want.
+func (b *testBundle) counter(t *testing.T, name string, want map[string]string) float64 {
 	t.Helper()
 
 	families, err := b.registry.Gather()
 	require.NoError(t, err)
+	sum := 0.0
 	for _, family := range families {
-		if family.GetName() != "postguard_email_deliveries_total" {
+		if family.GetName() != name {
 			continue
 		}
 		for _, metric := range family.GetMetric() {
@@ -298,12 +365,16 @@ func (b *testBundle) deliveries(t *testing.T, kind, outcome string) float64 {
 			for _, label := range metric.GetLabel() {
 				labels[label.GetName()] = label.GetValue()
 			}
-			if labels["kind"] == kind && labels["outcome"] == outcome {
-				return metric.GetCounter().GetValue()
+			matches := true
+			for k, v := range want {
+				matches = matches && labels[k] == v
+			}
+			if matches {
+				sum += metric.GetCounter().GetValue()
 			}
 		}
 	}
-	return 0
+	return sum
 }
 
 var userSeq atomic.Int64 //nolint:gochecknoglobals // unique emails across parallel tests

@@ -27,38 +27,85 @@ var queueDepthStates = []rivertype.JobState{ //nolint:gochecknoglobals // a cons
 	rivertype.JobStateScheduled,
 }
 
+// ProviderNone is the provider label of a delivery attempt that reached no provider (the user was
+// deleted, the address is suppressed, the database failed first).
+const ProviderNone = "none"
+
 // metrics are the counters the email workers update. A nil *metrics counts nothing.
 type metrics struct {
-	deliveries *prometheus.CounterVec
+	deliveries  *prometheus.CounterVec
+	failovers   *prometheus.CounterVec
+	circuitOpen *prometheus.GaugeVec
 }
 
 func newMetrics(registerer prometheus.Registerer) (*metrics, error) {
 	if registerer == nil {
 		return nil, nil //nolint:nilnil // no registerer, no metrics: a nil *metrics is valid
 	}
-	deliveries := prometheus.NewCounterVec(prometheus.CounterOpts{
+	deliveries, err := register(registerer, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "postguard_email_deliveries_total",
-		Help: "Email delivery attempts by job kind and outcome (sent, retried, snoozed, cancelled, discarded, skipped, suppressed).",
-	}, []string{"kind", "outcome"})
-	if err := registerer.Register(deliveries); err != nil {
-		var already prometheus.AlreadyRegisteredError
-		if !errors.As(err, &already) {
-			return nil, fmt.Errorf("error registering email delivery metrics: %w", err)
-		}
-		existing, ok := already.ExistingCollector.(*prometheus.CounterVec)
-		if !ok {
-			return nil, fmt.Errorf("error registering email delivery metrics: %w", err)
-		}
-		deliveries = existing
+		Help: "Email delivery attempts by job kind, the provider the attempt ended at (none when it reached none) and outcome (sent, retried, snoozed, cancelled, discarded, skipped, suppressed).",
+	}, []string{"kind", "provider", "outcome"}))
+	if err != nil {
+		return nil, err
 	}
-	return &metrics{deliveries: deliveries}, nil
+	failovers, err := register(registerer, prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "postguard_email_failovers_total",
+		Help: "Delivery attempts that went on to the next provider after an outage of one (from) to the next (to).",
+	}, []string{"from", "to"}))
+	if err != nil {
+		return nil, err
+	}
+	circuitOpen, err := register(registerer, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "postguard_email_circuit_open",
+		Help: "1 while a provider's circuit is open in this process (from an outage until the provider next takes a mail or refuses one), else 0.",
+	}, []string{"provider"}))
+	if err != nil {
+		return nil, err
+	}
+	return &metrics{deliveries: deliveries, failovers: failovers, circuitOpen: circuitOpen}, nil
 }
 
-func (m *metrics) delivery(kind, outcome string) {
+// register registers collector, or returns the one registered under its name before (the
+// workers of one registry, built twice, share their counters).
+func register[C prometheus.Collector](registerer prometheus.Registerer, collector C) (C, error) {
+	err := registerer.Register(collector)
+	if err == nil {
+		return collector, nil
+	}
+	if already, ok := errors.AsType[prometheus.AlreadyRegisteredError](err); ok {
+		if existing, ok := already.ExistingCollector.(C); ok {
+			return existing, nil
+		}
+	}
+	var zero C
+	return zero, fmt.Errorf("error registering email delivery metrics: %w", err)
+}
+
+func (m *metrics) delivery(kind, provider, outcome string) {
 	if m == nil {
 		return
 	}
-	m.deliveries.WithLabelValues(kind, outcome).Inc()
+	m.deliveries.WithLabelValues(kind, provider, outcome).Inc()
+}
+
+func (m *metrics) failover(from, to string) {
+	if m == nil {
+		return
+	}
+	m.failovers.WithLabelValues(from, to).Inc()
+}
+
+// circuit sets a provider's circuit gauge.
+func (m *metrics) circuit(provider string, open bool) {
+	if m == nil {
+		return
+	}
+	value := 0.0
+	if open {
+		value = 1
+	}
+	m.circuitOpen.WithLabelValues(provider).Set(value)
 }
 
 // queueDepthCollector reports postguard_jobs{state} at scrape time, through River's public

@@ -6,9 +6,6 @@ import (
 	"time"
 )
 
-// pacerName names the shared send budget in the send_pacer table: one for all of Resend.
-const pacerName = "resend"
-
 // pacerMargin widens the interval between sends a little, so that the time between a slot and
 // its POST reaching the provider (which varies) and the provider's own window edges never push a
 // send over the provider's rate.
@@ -27,17 +24,20 @@ type pacerReserver interface {
 // The schedule and every wait are on the database's clock: a worker whose own clock is off
 // (an hour ahead, say) neither pushes the shared schedule nor waits by its own clock.
 type pacer struct {
+	// name names the shared send budget in the send_pacer table: its provider's.
+	name     string
 	interval time.Duration
 	store    pacerReserver
 }
 
-// newPacer returns nil (unpaced) when maxRPS is 0.
-func newPacer(store pacerReserver, maxRPS float64) *pacer {
+// newPacer returns the pacer of the budget name, or nil (unpaced) when maxRPS is 0.
+func newPacer(store pacerReserver, name string, maxRPS float64) *pacer {
 	// Slots are kept in microseconds: a rate whose slots would be closer is no pace at all.
 	if !(maxRPS > 0) || pacerInterval(maxRPS) < time.Microsecond {
 		return nil
 	}
 	return &pacer{
+		name:     name,
 		interval: pacerInterval(maxRPS),
 		store:    store,
 	}
@@ -50,7 +50,7 @@ func pacerInterval(maxRPS float64) time.Duration {
 
 // reserve takes the next send slot, and returns it with the database's now.
 func (p *pacer) reserve(ctx context.Context) (slot, now time.Time, err error) {
-	slot, now, err = p.store.SendPacerReserve(ctx, pacerName, p.interval)
+	slot, now, err = p.store.SendPacerReserve(ctx, p.name, p.interval)
 	if err != nil {
 		return time.Time{}, time.Time{}, fmt.Errorf("error reserving a send slot: %w", err)
 	}

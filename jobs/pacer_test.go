@@ -20,11 +20,11 @@ func TestPacer_Interval(t *testing.T) {
 
 	require.Equal(t, 525*time.Millisecond, pacerInterval(2))
 	require.Equal(t, 21*time.Millisecond, pacerInterval(50))
-	require.Nil(t, newPacer(nil, 0))
-	require.Nil(t, newPacer(nil, math.NaN()))
-	require.Nil(t, newPacer(nil, math.Inf(1)), "slots no time apart are no pace")
-	require.Nil(t, newPacer(nil, 2e6))
-	require.NotNil(t, newPacer(nil, 1e4))
+	require.Nil(t, newPacer(nil, DefaultProviderName, 0))
+	require.Nil(t, newPacer(nil, DefaultProviderName, math.NaN()))
+	require.Nil(t, newPacer(nil, DefaultProviderName, math.Inf(1)), "slots no time apart are no pace")
+	require.Nil(t, newPacer(nil, DefaultProviderName, 2e6))
+	require.NotNil(t, newPacer(nil, DefaultProviderName, 1e4))
 }
 
 func TestEmailWorkers_Pacing(t *testing.T) {
@@ -81,7 +81,7 @@ func TestEmailWorkers_Pacing(t *testing.T) {
 			}})
 			// Someone took the schedule ten minutes ahead: the next slot is that far, much
 			// further than half of JobTimeout.
-			taken, _, err := bundle.store.SendPacerReserve(ctx, pacerName, 10*time.Minute)
+			taken, _, err := bundle.store.SendPacerReserve(ctx, DefaultProviderName, 10*time.Minute)
 			require.NoError(t, err)
 			wantSlot := taken.Add(10 * time.Minute)
 
@@ -127,7 +127,7 @@ func TestEmailWorkers_Pacing(t *testing.T) {
 			require.False(t, requests[0].ReceivedAt.Before(slot), "sent at %s, before its slot %s", requests[0].ReceivedAt, slot)
 
 			// It reserved nothing more: the schedule is empty, so the next slot is now.
-			next, nextNow, err := bundle.store.SendPacerReserve(ctx, pacerName, pacerInterval(0.01))
+			next, nextNow, err := bundle.store.SendPacerReserve(ctx, DefaultProviderName, pacerInterval(0.01))
 			require.NoError(t, err)
 			require.Equal(t, nextNow, next)
 		})
@@ -141,7 +141,7 @@ func TestEmailWorkers_Pacing(t *testing.T) {
 			}})
 			// A backlog so deep that the next slot is a day and an hour away: past the life of
 			// the idempotency key the job's first attempt makes.
-			_, _, err := bundle.store.SendPacerReserve(ctx, pacerName, IdempotencyKeyLifetime+time.Hour)
+			_, _, err := bundle.store.SendPacerReserve(ctx, DefaultProviderName, IdempotencyKeyLifetime+time.Hour)
 			require.NoError(t, err)
 
 			user := createUser(t, bundle.store)

@@ -67,7 +67,8 @@ func finishedStates() []rivertype.JobState {
 }
 
 // PruneWorker deletes, in bounded batches: rate-limit counters whose window ended more than
-// CounterRetention ago, email tokens that expired more than CounterRetention ago, the sealed
+// CounterRetention ago, revocations of trusted devices older than DeviceTokenTTL (and
+// DeviceRevocationMargin), email tokens that expired more than CounterRetention ago, the sealed
 // copies of tokens older than IdempotencyKeyLifetime, email message rows and, given Deps.Jobs,
 // finished jobs (completed, cancelled, discarded) older than JobRetention, and the ids of
 // webhook deliveries older than WebhookEventRetention. The suppression list is never pruned: an
@@ -81,6 +82,7 @@ type PruneWorker struct {
 	batchPause       time.Duration
 	batchSize        int
 	counterRetention time.Duration
+	deviceTokenTTL   time.Duration
 	jobRetention     time.Duration
 	jobs             RiverClient // nil: finished jobs are not this worker's to delete
 	logger           *slog.Logger
@@ -94,6 +96,7 @@ func newPruneWorker(store db.Tables, jobs RiverClient, logger *slog.Logger, conf
 		batchPause:       pruneBatchPause,
 		batchSize:        pruneBatchSize,
 		counterRetention: config.CounterRetention,
+		deviceTokenTTL:   config.DeviceTokenTTL,
 		jobRetention:     config.JobRetention,
 		jobs:             jobs,
 		logger:           logger,
@@ -124,6 +127,16 @@ func (w *PruneWorker) Work(ctx context.Context, job *river.Job[PruneArgs]) error
 	})
 	if err != nil {
 		return fmt.Errorf("error pruning rate limit counters: %w", err)
+	}
+
+	// A revocation of an account's devices revokes tokens issued before it; once every one of
+	// them has expired, it revokes nothing and goes (a token issued after it carries its time,
+	// and stands whether the row is there or not).
+	revocations, err := w.deleteLoop(ctx, func(ctx context.Context) (int64, error) {
+		return w.store.RateLimitDeviceRevocationDeleteBefore(ctx, now.Add(-w.deviceTokenTTL-DeviceRevocationMargin), w.batchSize)
+	})
+	if err != nil {
+		return fmt.Errorf("error pruning device revocations: %w", err)
 	}
 
 	tokens, err := w.deleteLoop(ctx, func(ctx context.Context) (int64, error) {
@@ -163,6 +176,7 @@ func (w *PruneWorker) Work(ctx context.Context, job *river.Job[PruneArgs]) error
 
 	logger.InfoContext(ctx, "prune done",
 		slog.Int64("counters_deleted", counters),
+		slog.Int64("device_revocations_deleted", revocations),
 		slog.Int64("tokens_deleted", tokens),
 		slog.Int64("sealed_tokens_erased", sealed),
 		slog.Int64("messages_deleted", messages),

@@ -218,6 +218,50 @@ func TestPruneWorker_Work(t *testing.T) {
 			require.NoError(t, err)
 		})
 
+		t.Run("DeviceRevocationsOnceEveryTokenTheyRevokedExpired", func(t *testing.T) {
+			t.Parallel()
+
+			const ttl = time.Hour
+			bundle := newClientBundle(t, newStore, &clientOpts{configure: func(config *Config) { config.DeviceTokenTTL = ttl }})
+			ctx := t.Context()
+			store := bundle.store
+			revoke := func(key string) time.Time {
+				t.Helper()
+				require.NoError(t, store.RateLimitDeviceRevocationUpsert(ctx, tokens.Hash(key)))
+				revokedAt, err := store.RateLimitDeviceRevocationGet(ctx, tokens.Hash(key))
+				require.NoError(t, err)
+				return revokedAt
+			}
+			older := revoke("older")
+			require.Eventually(t, func() bool {
+				dbNow, err := store.Now(ctx)
+				return err == nil && dbNow.After(older.Add(time.Millisecond))
+			}, 10*time.Second, time.Millisecond)
+			newer := revoke("newer")
+			require.True(t, newer.After(older.Add(time.Millisecond)))
+
+			prune := func(now time.Time) {
+				t.Helper()
+				config := bundle.config.withDefaults()
+				config.NowFunc = func() time.Time { return now }
+				worker := newPruneWorker(store, nil, dbtest.Logger(t), config)
+				require.NoError(t, worker.Work(ctx, &river.Job[PruneArgs]{JobRow: &rivertype.JobRow{ID: 1, Kind: PruneArgs{}.Kind()}}))
+			}
+			revokedAt := func(key string) time.Time {
+				t.Helper()
+				at, err := store.RateLimitDeviceRevocationGet(ctx, tokens.Hash(key))
+				require.NoError(t, err)
+				return at
+			}
+
+			// A token issued just before "older" lives ttl, and the margin covers clock skew.
+			prune(older.Add(ttl + DeviceRevocationMargin))
+			require.True(t, older.Equal(revokedAt("older")), "kept while a token it revoked may stand")
+			prune(older.Add(ttl + DeviceRevocationMargin + time.Microsecond))
+			require.True(t, time.Unix(0, 0).Equal(revokedAt("older")), "pruned")
+			require.True(t, newer.Equal(revokedAt("newer")), "the newer one is kept")
+		})
+
 		t.Run("PeriodicPruneRunsOnStart", func(t *testing.T) {
 			t.Parallel()
 

@@ -221,7 +221,8 @@ func TestUserRecipients(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, &Recipient{ID: user.ID, Email: user.Email, Name: user.Name}, r)
 
-		require.NoError(t, store.UserUnsubscribe(t.Context(), user.ID, user.CreatedAt))
+		_, err = store.UserUnsubscribe(t.Context(), user.ID, user.CreatedAt)
+		require.NoError(t, err)
 		r, err = recipients.Recipient(t.Context(), user.ID)
 		require.NoError(t, err)
 		require.True(t, r.Unsubscribed)

@@ -121,7 +121,7 @@ func TestEmailWorkers_Suppression(t *testing.T) {
 			failed, err := bundle.work(t, VerificationEmailArgs{UserID: user.ID}, nil)
 			require.Error(t, err)
 			require.Len(t, bundle.fake.Deliveries(), 1)
-			require.NoError(t, bundle.store.EmailMessageMarkAccepted(t.Context(), failed.Job.ID, bundle.fake.Deliveries()[0].ID, bundle.clock.Now()))
+			require.NoError(t, bundle.store.EmailMessageMarkAccepted(t.Context(), &db.EmailMessageMarkAcceptedParams{JobID: failed.Job.ID, Provider: "resend", ProviderID: bundle.fake.Deliveries()[0].ID, Now: bundle.clock.Now()}))
 
 			suppress(t, bundle.store, user, email.ReasonBounced)
 			res, err := bundle.workAgain(t, failed.Job)

@@ -49,7 +49,7 @@ var welcomeEmail = &emailSpec{ //nolint:gochecknoglobals // a constant spec
 		unsubscribeURL := links.unsubscribeURL(user.ID)
 		return &mail.Data{
 				Name:           user.Name,
-				ActionURL:      links.appURL,
+				ActionURL:      links.loginURL,
 				UnsubscribeURL: unsubscribeURL,
 			}, map[string]string{
 				"List-Unsubscribe":      "<" + unsubscribeURL + ">",

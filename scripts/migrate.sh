@@ -7,7 +7,8 @@
 # either order works, so running this script twice, or concurrently from two deploys
 # (postguard migrate holds an advisory lock), is safe.
 #
-# Environment: DATABASE_URL (postgres://…), APP_SECRET is not needed to migrate.
+# Environment: DATABASE_URL (postgres://…); APP_SECRET is optional: given, postguard migrate
+# records it as the database's secret (or refuses one that is not), else the first process does.
 # POSTGUARD: the postguard binary (default: postguard on PATH, else `go run ./cmd/postguard`).
 set -eu
 

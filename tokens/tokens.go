@@ -57,6 +57,11 @@ const (
 	// make every sealed copy unreadable.
 	sealInfo = "postguard token seal v1"
 
+	// secretCheckInfo is the HKDF info of the key of SecretCheck, another use of APP_SECRET kept
+	// apart from the others; secretCheckLabel is what that key authenticates.
+	secretCheckInfo  = "postguard secret check v1"
+	secretCheckLabel = "postguard: the secret this database was made with"
+
 	unsubscribePrefix = "unsubscribe:v1:"
 )
 
@@ -155,6 +160,21 @@ func (s *Sealer) Open(sealed []byte, jobID int64, purpose string) (string, error
 
 func sealAD(jobID int64, purpose string) []byte {
 	return []byte("postguard:token:v1:" + purpose + ":" + strconv.FormatInt(jobID, 10))
+}
+
+// SecretCheck is the check value of secret (APP_SECRET) that a database records, so that a
+// process with another secret is noticed before it silently breaks what the first one made: an
+// HMAC-SHA-256 of a fixed label under a key derived from secret with HKDF-SHA-256 (its own info
+// label). It tells nothing of the secret and opens nothing; equal secrets give equal values
+// (compare them with hmac.Equal).
+func SecretCheck(secret []byte) []byte {
+	key, err := hkdf.Key(sha256.New, secret, nil, secretCheckInfo, sha256.Size)
+	if err != nil {
+		panic("tokens: HKDF refused a 32-byte key: " + err.Error()) // only for keys over 255*32 bytes
+	}
+	mac := hmac.New(sha256.New, key)
+	mac.Write([]byte(secretCheckLabel))
+	return mac.Sum(nil)
 }
 
 // Unsubscribe is the token of a user's one-click unsubscribe link: the user id, a dot, and

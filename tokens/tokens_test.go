@@ -1,6 +1,7 @@
 package tokens
 
 import (
+	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
 	"regexp"
@@ -166,4 +167,23 @@ func TestUnsubscribe(t *testing.T) {
 			require.False(t, ok, name)
 		}
 	})
+}
+
+func TestSecretCheck(t *testing.T) {
+	t.Parallel()
+
+	secret := []byte("0123456789abcdef0123456789abcdef")
+	check := SecretCheck(secret)
+	require.Len(t, check, 32)
+	require.Equal(t, check, SecretCheck([]byte("0123456789abcdef0123456789abcdef")), "the same secret, the same value")
+	require.NotEqual(t, check, SecretCheck([]byte("0123456789abcdef0123456789abcdeF")))
+	require.NotContains(t, string(check), string(secret))
+
+	// Its own key: not the secret's HMAC of the label, nor any other use's value.
+	mac := hmac.New(sha256.New, secret)
+	mac.Write([]byte(secretCheckLabel))
+	require.NotEqual(t, mac.Sum(nil), check)
+	unsubscribe := hmac.New(sha256.New, secret)
+	unsubscribe.Write([]byte(unsubscribePrefix + secretCheckLabel))
+	require.NotEqual(t, unsubscribe.Sum(nil), check)
 }

@@ -15,11 +15,12 @@ import (
 	"github.com/postguard/postguard/db/sqlite"
 )
 
-// The failure-counting pattern of a login, as plain calls: peek before checking the password,
-// spend when it was wrong, clear the account's key when it was right. The counters live in
-// postguard's tables (db.Tables) on the app's own database; here a SQLite file, PostgreSQL the
-// same through postgres.NewEngineFromPool.
-func ExampleLimiter_Clear() {
+// A login, as plain calls: spend an attempt before checking the password (a refusal checks
+// nothing), and on a right one clear the account, refund the IP and issue a trusted device that
+// the client sends back with its later logins. Guessers then lock the account for unknown clients
+// only. The counters live in postguard's tables (db.Tables) on the app's own database; here a
+// SQLite file, PostgreSQL the same through postgres.NewEngineFromPool.
+func ExampleLimiter_Refund() {
 	ctx := context.Background()
 	dir, err := os.MkdirTemp("", "abuse-example")
 	if err != nil {
@@ -47,43 +48,51 @@ func ExampleLimiter_Clear() {
 		panic(err)
 	}
 
-	attempt := func(password string) {
-		subject := abuse.Subject{IP: netip.MustParseAddr("198.51.100.7"), Key: "account-42"}
-		d, err := limiter.Peek(ctx, "login", subject)
+	// attempt logs in from ip with password, carrying device (the client's token, or ""), and
+	// returns the device a success issued.
+	attempt := func(ip, password, device string) string {
+		subject := abuse.Subject{IP: netip.MustParseAddr(ip), Key: "account-42", Device: device}
+		d, err := limiter.Allow(ctx, "login", subject)
 		if err != nil {
 			panic(err)
 		}
 		if !d.Allowed {
-			fmt.Printf("%s: refused by %s, retry in %ds\n", password, d.Rule.PolicyName(), d.RetryAfterSeconds())
-			return
+			fmt.Printf("%s %q: refused by %s, retry in %ds\n", ip, password, d.Rule.PolicyName(), d.RetryAfterSeconds())
+			return ""
 		}
 		if password != "correct horse" {
-			d, err := limiter.Allow(ctx, "login", subject)
-			if err != nil {
-				panic(err)
-			}
-			fmt.Printf("%s: wrong, %d tries left\n", password, d.Remaining)
-			return
+			fmt.Printf("%s %q: wrong, %d tries left\n", ip, password, d.Remaining)
+			return ""
 		}
-		if err := limiter.Clear(ctx, "login", abuse.Subject{Key: subject.Key}); err != nil {
+		if err := limiter.Clear(ctx, "login", abuse.Subject{Key: subject.Key, Device: device}); err != nil {
 			panic(err)
 		}
-		fmt.Printf("%s: logged in\n", password)
+		if err := limiter.Refund(ctx, "login", abuse.Subject{IP: subject.IP}); err != nil {
+			panic(err)
+		}
+		issued, err := limiter.IssueDevice(ctx, "login", subject.Key)
+		if err != nil {
+			panic(err)
+		}
+		fmt.Printf("%s %q: logged in\n", ip, password)
+		return issued
 	}
-	attempt("guess")
-	attempt("correct horse")
+	owner := attempt("198.51.100.7", "correct horse", "")
 	for range 4 {
-		attempt("guess")
+		attempt("203.0.113.9", "guess", "")
 	}
-	attempt("correct horse")
+	attempt("192.0.2.44", "correct horse", "")         // an unknown client: the account is locked
+	attempt("198.51.100.7", "correct horse", owner)    // the owner's device is not
+	attempt("198.51.100.7", "correct horse", "forged") // a bad token is no token
 	// Output:
-	// guess: wrong, 2 tries left
-	// correct horse: logged in
-	// guess: wrong, 2 tries left
-	// guess: wrong, 1 tries left
-	// guess: wrong, 0 tries left
-	// guess: refused by login-key, retry in 600s
-	// correct horse: refused by login-key, retry in 600s
+	// 198.51.100.7 "correct horse": logged in
+	// 203.0.113.9 "guess": wrong, 2 tries left
+	// 203.0.113.9 "guess": wrong, 1 tries left
+	// 203.0.113.9 "guess": wrong, 0 tries left
+	// 203.0.113.9 "guess": refused by login-key, retry in 600s
+	// 192.0.2.44 "correct horse": refused by login-key, retry in 600s
+	// 198.51.100.7 "correct horse": logged in
+	// 198.51.100.7 "correct horse": refused by login-key, retry in 600s
 }
 
 func ExampleParseLimit() {

@@ -3,6 +3,7 @@ package abuse
 import (
 	"crypto/hmac"
 	"crypto/sha256"
+	"encoding/hex"
 )
 
 // keyPrefix versions the key format: changing the format (or the secret) starts every counter
@@ -31,4 +32,24 @@ func (k *keyer) key(action Action, scope Scope, value string) keyHash {
 	var out keyHash
 	mac.Sum(out[:0])
 	return out
+}
+
+// Key scopes of a trusted device: no rule has them, so neither kind of key can be a counter's of
+// a rule.
+const (
+	// deviceScope keys a device's own bucket of an action's key rule.
+	deviceScope Scope = "device"
+	// revocationScope keys the revocations of an account's devices.
+	revocationScope Scope = "devices"
+)
+
+// deviceKey returns the key of a device's own bucket of action's key rule for key: the device's
+// id, of a fixed length, then the key, so no two (id, key) pairs share one.
+func (k *keyer) deviceKey(action Action, key string, id [deviceIDLen]byte) keyHash {
+	return k.key(action, deviceScope, hex.EncodeToString(id[:])+":"+key)
+}
+
+// revocationKey returns the key the revocations of key's devices of action are recorded under.
+func (k *keyer) revocationKey(action Action, key string) keyHash {
+	return k.key(action, revocationScope, key)
 }

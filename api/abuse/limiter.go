@@ -1,11 +1,14 @@
 package abuse
 
 import (
+	"cmp"
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strconv"
 	"time"
 
@@ -22,11 +25,19 @@ const DefaultDenyCacheSize = 10_000
 // round trip, each in one atomic statement and only while the ones before it admitted (a window
 // at its limit refuses and counts nothing), and reads a user by email with them when asked;
 // RateLimitCounterGetMany reads windows' counts in one round trip without spending any of them (0
-// when nothing was counted), for Peek; RateLimitCounterDelete deletes a window's counter (none is fine), for Clear.
+// when nothing was counted), for Peek; RateLimitCounterRefund gives one request back to each of
+// several windows (never below zero), for Refund; RateLimitCounterDeleteMany deletes windows'
+// counters (none is fine), for Clear. Each of those four checks a request's trusted device in its
+// one round trip, counting the device's window in the device's own bucket while it stands.
+// RateLimitDeviceRevocationGet and RateLimitDeviceRevocationUpsert read and move an account's
+// revocation time, for IssueDevice and RevokeDevices.
 type Consumer interface {
 	RateLimitCounterConsumeChain(ctx context.Context, params *db.RateLimitCounterChainParams) (*db.RateLimitCounterChainResult, error)
-	RateLimitCounterGetMany(ctx context.Context, windows []db.RateLimitCounterGetParams) ([]int64, error)
-	RateLimitCounterDelete(ctx context.Context, params *db.RateLimitCounterDeleteParams) error
+	RateLimitCounterGetMany(ctx context.Context, params *db.RateLimitCounterWindowsParams) (*db.RateLimitCounterGetManyResult, error)
+	RateLimitCounterRefund(ctx context.Context, params *db.RateLimitCounterWindowsParams) (trusted bool, err error)
+	RateLimitCounterDeleteMany(ctx context.Context, params *db.RateLimitCounterWindowsParams) (trusted bool, err error)
+	RateLimitDeviceRevocationGet(ctx context.Context, keyHash []byte) (time.Time, error)
+	RateLimitDeviceRevocationUpsert(ctx context.Context, keyHash []byte) error
 }
 
 // Subject is who a request counts against: its value for each scope. IP is the client's address
@@ -36,11 +47,19 @@ type Consumer interface {
 //
 // Allow and Peek check an action's IP rule always (the zero IP counts in one shared bucket,
 // "invalid", as an unparsable peer does), and its email and key rules when Email and Key are not
-// empty. Clear clears only the scopes the subject names: a valid IP, a non-empty Email or Key.
+// empty. Refund and Clear touch only the scopes the subject names: a valid IP, a non-empty Email
+// or Key.
+//
+// Device is a trusted-device token the client carries (Limiter.IssueDevice, for the action and
+// Key). While it stands, the action's key rule counts in the device's own bucket instead of the
+// account's shared one, for Allow, Peek, Refund and Clear alike; every other rule is the same.
+// A token that is malformed, forged, another key's or action's, expired or revoked is no token:
+// the request counts exactly as it would without one.
 type Subject struct {
-	IP    netip.Addr
-	Email string
-	Key   string
+	IP     netip.Addr
+	Email  string
+	Key    string
+	Device string
 }
 
 // value is the subject's value of scope for Allow and Peek, and whether its rule is checked.
@@ -76,19 +95,39 @@ type LimiterConfig struct {
 	// once by every process sharing the database, and a cached refusal elsewhere would outlive it.
 	DenyCacheSize int
 
+	// DeviceTokenTTL is how long a trusted-device token stands after IssueDevice made it
+	// (DEVICE_TOKEN_TTL); 0 means DefaultDeviceTokenTTL. Expiry is judged by the current TTL, so
+	// shortening it shortens the tokens already issued.
+	DeviceTokenTTL time.Duration
+
 	// Metrics, when set, counts each rule's decisions of Allow (refusals answered by the cache
-	// count as refused; Peek counts nothing). nil counts none. abuseprom.Register counts them in
-	// Prometheus, as postguard_rate_limit_decisions_total{action,scope,outcome}.
+	// count as refused; Peek counts nothing), and what the trusted-device tokens requests carried
+	// turned out to be. nil counts none. abuseprom.Register counts them in Prometheus, as
+	// postguard_rate_limit_decisions_total{action,scope,outcome} and
+	// postguard_rate_limit_device_tokens_total{action,outcome}.
 	Metrics Metrics
 }
 
 // Metrics counts a Limiter's decisions, in whichever metrics system the caller uses. NewLimiter
-// asks for the counters of each rule once, so that a rule's series may exist, at zero, before
-// its first request; the Limiter then counts every decision of the rule on them.
+// asks for every counter it will count on once, so that each series may exist, at zero, before
+// its first request; the Limiter then counts on them.
 type Metrics interface {
 	// Counters returns the counters of the allowed and the refused requests of action's rule of
 	// scope.
 	Counters(action Action, scope Scope) (allowed, refused Counter)
+	// DeviceCounter returns the counter of the trusted-device tokens that requests of action
+	// carried and that turned out to be outcome: "trusted", "revoked", "expired", "forged" or
+	// "malformed" (DeviceOutcomes). It is asked for the actions that have a key rule.
+	DeviceCounter(action Action, outcome string) Counter
+}
+
+// DeviceOutcomes are the outcomes of a trusted-device token, Metrics.DeviceCounter's.
+func DeviceOutcomes() []string {
+	outcomes := make([]string, len(deviceOutcomes))
+	for i, outcome := range deviceOutcomes {
+		outcomes[i] = string(outcome)
+	}
+	return outcomes
 }
 
 // Counter is one count that only goes up; a prometheus.Counter is one.
@@ -99,12 +138,17 @@ type Counter interface {
 // Limiter enforces Rules with fixed-window counters in the database, shared by every process
 // that uses the same database and secret. It is safe for concurrent use.
 type Limiter struct {
-	store   Consumer
-	keys    *keyer
-	now     func() time.Time
-	denied  *denyCache // nil when disabled
-	actions map[Action]actionRules
-	rules   Rules
+	store     Consumer
+	keys      *keyer
+	devices   *deviceSigner
+	deviceTTL time.Duration
+	now       func() time.Time
+	denied    *denyCache // nil when disabled
+	actions   map[Action]actionRules
+	rules     Rules
+	// deviceCounters count the device tokens requests carried, by action and outcome; empty
+	// without LimiterConfig.Metrics.
+	deviceCounters map[Action]map[deviceOutcome]Counter
 }
 
 // actionRules are the rules of one action in the order they are checked (scopeOrder), each with
@@ -138,11 +182,15 @@ func NewLimiter(store Consumer, secret []byte, rules Rules, config *LimiterConfi
 	}
 
 	l := &Limiter{
-		store:   store,
-		keys:    newKeyer(secret),
-		now:     config.NowFunc,
-		actions: make(map[Action]actionRules),
-		rules:   rules,
+		store:     store,
+		keys:      newKeyer(secret),
+		devices:   newDeviceSigner(secret),
+		deviceTTL: cmp.Or(config.DeviceTokenTTL, DefaultDeviceTokenTTL),
+		now:       config.NowFunc,
+		actions:   make(map[Action]actionRules),
+		rules:     rules,
+
+		deviceCounters: make(map[Action]map[deviceOutcome]Counter),
 	}
 	if l.now == nil {
 		l.now = time.Now
@@ -166,6 +214,13 @@ func NewLimiter(store Consumer, secret []byte, rules Rules, config *LimiterConfi
 				lr.allowed, lr.refused = config.Metrics.Counters(rule.Action, rule.Scope)
 			}
 			l.actions[rule.Action] = append(l.actions[rule.Action], lr)
+			if config.Metrics != nil && scope == ScopeKey {
+				counters := make(map[deviceOutcome]Counter, len(deviceOutcomes))
+				for _, outcome := range deviceOutcomes {
+					counters[outcome] = config.Metrics.DeviceCounter(rule.Action, string(outcome))
+				}
+				l.deviceCounters[rule.Action] = counters
+			}
 		}
 	}
 	return l, nil
@@ -184,6 +239,10 @@ func (l *Limiter) Scopes(action Action) []Scope {
 	}
 	return scopes
 }
+
+// DeviceTokenTTL is how long a trusted-device token stands after IssueDevice: the Max-Age of a
+// device cookie.
+func (l *Limiter) DeviceTokenTTL() time.Duration { return l.deviceTTL }
 
 // Decision is the answer of Limiter.Allow: when refused, the rule that refused; when allowed,
 // the checked rule with the fewest requests remaining (on a tie, the one resetting later).
@@ -317,9 +376,11 @@ func (l *Limiter) allow(ctx context.Context, action Action, subject Subject, loo
 		if lookup && cachedRefusal == nil {
 			params.UserEmail = subject.Email
 		}
+		params.Device = l.deviceOf(action, subject, chain[:n], now)
 		if result, err = l.store.RateLimitCounterConsumeChain(ctx, params); err != nil {
 			return nil, nil, fmt.Errorf("error consuming rate limits of %s: %w", action, err)
 		}
+		l.countDevice(action, params.Device, result.DeviceTrusted)
 	}
 
 	decision := l.decision(chain[:n], cachedRefusal, now, true, func(i int) (int64, bool) {
@@ -385,11 +446,12 @@ func (l *Limiter) decision(chain []chained, cachedRefusal *chained, now time.Tim
 // rules' current windows are read, in one round trip (none for a window the deny cache knows is
 // exhausted), and compared with the rules' limits in Allow's order, the first one at its limit
 // answering. Remaining is what the window has left now, before any spending. Peek counts nothing,
-// in the database or in the metrics. Pairing it with Allow limits failures only: peek before an
-// attempt, refuse while the window is exhausted, and Allow (spend) when the attempt failed. Like
-// Allow, Peek returns an error only when the store fails. A window of a built-in action found at
-// its limit goes into the deny cache: nothing clears those, and counts only grow within a window,
-// so it stays refused until it ends.
+// in the database or in the decision metrics, and serves to show how many attempts are left: the
+// login pattern spends first (Allow before checking a password), since a peek that admits says
+// nothing of the requests running beside it. Like Allow, Peek returns an error only when the store
+// fails. A window of a built-in action found at its limit goes into the deny cache: counts only
+// grow within a window, and only Clear and Refund (which forget their own process's entries)
+// bring one down sooner.
 func (l *Limiter) Peek(ctx context.Context, action Action, subject Subject) (*Decision, error) {
 	now := l.now()
 	chain, n, cachedRefusal, err := l.chainOf(action, subject, now)
@@ -398,13 +460,13 @@ func (l *Limiter) Peek(ctx context.Context, action Action, subject Subject) (*De
 	}
 	var counts []int64
 	if n > 0 {
-		windows := make([]db.RateLimitCounterGetParams, n)
-		for i, c := range chain[:n] {
-			windows[i] = db.RateLimitCounterGetParams{KeyHash: c.key[:], WindowStart: c.win.start}
-		}
-		if counts, err = l.store.RateLimitCounterGetMany(ctx, windows); err != nil {
+		params := &db.RateLimitCounterWindowsParams{Windows: windowsOf(chain[:n]), Device: l.deviceOf(action, subject, chain[:n], now)}
+		result, err := l.store.RateLimitCounterGetMany(ctx, params)
+		if err != nil {
 			return nil, fmt.Errorf("error reading rate limits of %s: %w", action, err)
 		}
+		l.countDevice(action, params.Device, result.DeviceTrusted)
+		counts = result.Counts
 	}
 
 	return l.decision(chain[:n], cachedRefusal, now, false, func(i int) (int64, bool) {
@@ -412,34 +474,155 @@ func (l *Limiter) Peek(ctx context.Context, action Action, subject Subject) (*De
 	}), nil
 }
 
+// Refund gives one request back to each of the subject's current windows of action, for the
+// scopes the subject names (a valid IP, a non-empty email or key; see Subject), never below
+// zero, in one round trip: a window at 0, or that never counted, is left alone, and windows
+// before the current one keep their counts. The login pattern refunds the IP of a right password,
+// so that a success costs the client nothing while its failures still count; the account's key
+// is cleared instead. A trusted device's bucket takes the key rule's refund while it stands.
+// Refund forgets this process's cached refusals of the windows it touched; other processes' stay
+// until their window ends (built-in actions only: custom actions' refusals are never cached, so
+// every process sees a refund at once). An action without any rule is an error, as is a store
+// failure.
+func (l *Limiter) Refund(ctx context.Context, action Action, subject Subject) error {
+	return l.each(ctx, action, subject, "refunding", l.store.RateLimitCounterRefund)
+}
+
 // Clear deletes the subject's counters of action's current windows, for the scopes the subject
-// names (a valid IP, a non-empty email or key; see Subject), and forgets this process's cached
-// refusals of them: the subject starts those windows afresh. A login that succeeds clears the
-// account's key and leaves its IP's failures counted, so a valid account of the attacker's own
-// does not reset a password spray. An action without any rule is an error, as is a store
+// names (a valid IP, a non-empty email or key; see Subject), in one round trip, and forgets this
+// process's cached refusals of them: the subject starts those windows afresh. A login that
+// succeeds clears the account's key and refunds its IP (see Refund), so a valid account of the
+// attacker's own does not reset a password spray. With a trusted device that stands, the
+// device's own bucket is cleared instead of the account's: the owner's logins do not hand back
+// the budget that unknown clients spent. An action without any rule is an error, as is a store
 // failure. Refusals of built-in actions cached by other processes sharing the database stay
 // until their window ends; custom actions' are never cached (LimiterConfig.DenyCacheSize).
 func (l *Limiter) Clear(ctx context.Context, action Action, subject Subject) error {
+	return l.each(ctx, action, subject, "clearing", l.store.RateLimitCounterDeleteMany)
+}
+
+// each runs a statement of Refund or Clear (doing says which) over the subject's named windows of
+// action, then forgets this process's cached refusals of them.
+func (l *Limiter) each(ctx context.Context, action Action, subject Subject, doing string, statement func(ctx context.Context, params *db.RateLimitCounterWindowsParams) (bool, error)) error {
 	rules, ok := l.actions[action]
 	if !ok {
 		return fmt.Errorf("no rate-limit rule for action %q", action)
 	}
 	now := l.now()
+	var named []chained
 	for _, rule := range rules {
-		value, ok := subject.clearValue(rule.Scope)
-		if !ok {
-			continue
+		if value, ok := subject.clearValue(rule.Scope); ok {
+			named = append(named, chained{rule: rule, win: windowAt(now, rule.Window), key: l.keys.key(rule.Action, rule.Scope, value)})
 		}
-		win := windowAt(now, rule.Window)
-		key := l.keys.key(rule.Action, rule.Scope, value)
-		if err := l.store.RateLimitCounterDelete(ctx, &db.RateLimitCounterDeleteParams{KeyHash: key[:], WindowStart: win.start}); err != nil {
-			return fmt.Errorf("error clearing rate limit %s: %w", rule.PolicyName(), err)
-		}
-		if l.denied != nil {
-			l.denied.remove(key, win.start)
+	}
+	if len(named) == 0 {
+		return nil
+	}
+	params := &db.RateLimitCounterWindowsParams{Windows: windowsOf(named), Device: l.deviceOf(action, subject, named, now)}
+	trusted, err := statement(ctx, params)
+	if err != nil {
+		return fmt.Errorf("error %s rate limits of %s: %w", doing, action, err)
+	}
+	l.countDevice(action, params.Device, trusted)
+	for _, c := range named {
+		if denied := l.denyCacheOf(c.rule); denied != nil {
+			denied.remove(c.key, c.win.start)
 		}
 	}
 	return nil
+}
+
+// windowsOf are the windows of chain, as the store takes them.
+func windowsOf(chain []chained) []db.RateLimitCounterGetParams {
+	windows := make([]db.RateLimitCounterGetParams, len(chain))
+	for i, c := range chain {
+		windows[i] = db.RateLimitCounterGetParams{KeyHash: c.key[:], WindowStart: c.win.start}
+	}
+	return windows
+}
+
+// IssueDevice returns a new trusted-device token for key of action, to give the client whose
+// login just succeeded (a cookie: see package ginlimit). It stands for DeviceTokenTTL, until the
+// key's devices are revoked (RevokeDevices), and only for that action and key. It costs one round
+// trip, to read when the key's devices were last revoked. An action without a key rule (where a
+// device would count nothing) or an empty key is an error, as is a store failure.
+func (l *Limiter) IssueDevice(ctx context.Context, action Action, key string) (string, error) {
+	if err := l.deviceAction(action, key); err != nil {
+		return "", err
+	}
+	revocation := l.keys.revocationKey(action, key)
+	since, err := l.store.RateLimitDeviceRevocationGet(ctx, revocation[:])
+	if err != nil {
+		return "", fmt.Errorf("error issuing a device of %s: %w", action, err)
+	}
+	t := deviceToken{issuedAt: l.now(), since: since}
+	_, _ = rand.Read(t.id[:]) // never fails (crypto/rand)
+	return l.devices.sign(action, key, t), nil
+}
+
+// RevokeDevices revokes every trusted-device token of key for action issued so far, at once and
+// in every process sharing the database (after a password change, say): they become no token.
+// Tokens issued afterwards stand. The revocation is recorded on durable connections, so a crash
+// does not undo it. The same errors as IssueDevice.
+func (l *Limiter) RevokeDevices(ctx context.Context, action Action, key string) error {
+	if err := l.deviceAction(action, key); err != nil {
+		return err
+	}
+	revocation := l.keys.revocationKey(action, key)
+	if err := l.store.RateLimitDeviceRevocationUpsert(ctx, revocation[:]); err != nil {
+		return fmt.Errorf("error revoking devices of %s: %w", action, err)
+	}
+	return nil
+}
+
+// deviceAction checks that action's devices of key can count something.
+func (l *Limiter) deviceAction(action Action, key string) error {
+	if !slices.Contains(l.Scopes(action), ScopeKey) {
+		return fmt.Errorf("rate-limit action %q has no key rule, which a device counts in", action)
+	}
+	if key == "" {
+		return errors.New("a device needs the key it counts for")
+	}
+	return nil
+}
+
+// deviceOf returns the device of subject's token among windows (its key rule's window), or nil
+// when it carries none, or one that is not authentic and unexpired for action and its key (that
+// outcome counted): such a token is no token, and the request goes on as without one, with no
+// early answer. Whether the device was revoked is the store's to say, in the windows' own round
+// trip (countDevice counts it then).
+func (l *Limiter) deviceOf(action Action, subject Subject, windows []chained, now time.Time) *db.RateLimitDeviceParams {
+	if subject.Device == "" {
+		return nil
+	}
+	t, outcome := l.devices.verify(action, subject.Key, subject.Device, now, l.deviceTTL)
+	keyWindow := slices.IndexFunc(windows, func(c chained) bool { return c.rule.Scope == ScopeKey })
+	if outcome == deviceTrusted && keyWindow < 0 { // a key rule left out of the request
+		outcome = deviceForged
+	}
+	if outcome != deviceTrusted {
+		l.countOutcome(action, outcome)
+		return nil
+	}
+	bucket := l.keys.deviceKey(action, subject.Key, t.id)
+	revocation := l.keys.revocationKey(action, subject.Key)
+	return &db.RateLimitDeviceParams{Window: keyWindow, KeyHash: bucket[:], RevocationHash: revocation[:], Since: t.since}
+}
+
+// countDevice counts what the store found of device: trusted, or revoked. No device counts
+// nothing (deviceOf counted a bad token).
+func (l *Limiter) countDevice(action Action, device *db.RateLimitDeviceParams, trusted bool) {
+	switch {
+	case device == nil:
+	case trusted:
+		l.countOutcome(action, deviceTrusted)
+	default:
+		l.countOutcome(action, deviceRevoked)
+	}
+}
+
+func (l *Limiter) countOutcome(action Action, outcome deviceOutcome) {
+	observe(l.deviceCounters[action][outcome])
 }
 
 // denyCacheOf is the deny cache rule's refusals go to: nil when the cache is disabled, or for a

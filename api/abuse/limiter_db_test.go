@@ -3,6 +3,7 @@ package abuse
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"net/netip"
 	"strings"
 	"sync"
@@ -393,4 +394,301 @@ func TestLimiter_AllowStore(t *testing.T) {
 			}
 		})
 	})
+}
+
+func TestLimiter_RefundStore(t *testing.T) {
+	t.Parallel()
+
+	dbtest.Engines(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
+		t.Run("GivesOneBackToTheCurrentWindowOnly", func(t *testing.T) {
+			t.Parallel()
+
+			store := newStore(t)
+			counting := &countingConsumer{Consumer: store}
+			clock := &stubClock{now: windowBase.Add(-time.Minute)}
+			l := mustLimiter(t, counting, loginRules(), &LimiterConfig{NowFunc: clock.Now})
+			ctx := context.Background()
+			keys := newKeyer(testSecret)
+			ip := keys.key("login", ScopeIP, "198.51.100.7")
+
+			// Three in the window before, two in this one.
+			for range 3 {
+				_, err := l.Allow(ctx, "login", Subject{IP: clientIP, Key: "account-42"})
+				require.NoError(t, err)
+			}
+			clock.Set(windowBase.Add(90 * time.Second))
+			for range 2 {
+				_, err := l.Allow(ctx, "login", Subject{IP: clientIP, Key: "account-42"})
+				require.NoError(t, err)
+			}
+
+			calls := counting.calls.Load()
+			require.NoError(t, l.Refund(ctx, "login", Subject{IP: clientIP}))
+			require.Equal(t, calls+1, counting.calls.Load(), "one round trip")
+			rows := counterRows(t, store)
+			for _, row := range rows {
+				if !bytes.Equal(row.KeyHash, ip[:]) {
+					continue
+				}
+				switch row.WindowStart {
+				case windowBase.UnixMicro():
+					require.Equal(t, int64(1), row.Count, "the current window got one back")
+				default:
+					require.Equal(t, int64(3), row.Count, "an earlier window is untouched")
+				}
+			}
+			key, _ := mustPeek(t, l, Subject{IP: clientIP, Key: "account-42"}).Of(ScopeKey)
+			require.Equal(t, int64(1), key.Remaining, "the key was not named, so not refunded")
+
+			// Never below zero.
+			for range 3 {
+				require.NoError(t, l.Refund(ctx, "login", Subject{IP: clientIP, Key: "account-42"}))
+			}
+			d := mustPeek(t, l, Subject{IP: clientIP, Key: "account-42"})
+			ipDecision, _ := d.Of(ScopeIP)
+			require.Equal(t, int64(10), ipDecision.Remaining)
+			key, _ = d.Of(ScopeKey)
+			require.Equal(t, int64(3), key.Remaining)
+			for _, row := range counterRows(t, store) {
+				require.GreaterOrEqual(t, row.Count, int64(0))
+			}
+
+			// Nothing named refunds nothing, and costs nothing.
+			calls = counting.calls.Load()
+			require.NoError(t, l.Refund(ctx, "login", Subject{}))
+			require.Equal(t, calls, counting.calls.Load())
+			require.ErrorContains(t, l.Refund(ctx, "logout", Subject{Key: "x"}), `no rate-limit rule for action "logout"`)
+		})
+
+		t.Run("DropsThisProcessCachedRefusal", func(t *testing.T) {
+			t.Parallel()
+
+			store := newStore(t)
+			clock := &stubClock{now: windowBase}
+			l := mustLimiter(t, store, DefaultRules(), &LimiterConfig{NowFunc: clock.Now})
+			ctx := context.Background()
+			for range 5 {
+				_, err := l.Allow(ctx, ActionRegister, Subject{IP: clientIP})
+				require.NoError(t, err)
+			}
+			d, err := l.Allow(ctx, ActionRegister, Subject{IP: clientIP})
+			require.NoError(t, err)
+			require.False(t, d.Allowed, "refused, and cached")
+
+			require.NoError(t, l.Refund(ctx, ActionRegister, Subject{IP: clientIP}))
+			d, err = l.Allow(ctx, ActionRegister, Subject{IP: clientIP})
+			require.NoError(t, err)
+			require.True(t, d.Allowed, "the refunded request is not refused from memory")
+			require.Zero(t, d.Remaining)
+		})
+	})
+}
+
+// mustPeek peeks at login for subject.
+func mustPeek(t *testing.T, l *Limiter, subject Subject) *Decision {
+	t.Helper()
+	d, err := l.Peek(context.Background(), "login", subject)
+	require.NoError(t, err)
+	return d
+}
+
+func TestLimiter_DevicesStore(t *testing.T) {
+	t.Parallel()
+
+	dbtest.Engines(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
+		const ttl = 24 * time.Hour
+		type testBundle struct {
+			clock   *stubClock
+			store   *dbtest.Store
+			metrics *testMetrics
+		}
+		setup := func(t *testing.T) (*Limiter, *testBundle) {
+			t.Helper()
+			bundle := &testBundle{clock: &stubClock{now: windowBase.Add(90 * time.Second)}, store: newStore(t), metrics: newTestMetrics()}
+			return mustLimiter(t, bundle.store, loginRules(), &LimiterConfig{NowFunc: bundle.clock.Now, DeviceTokenTTL: ttl, Metrics: bundle.metrics}), bundle
+		}
+		ctx := context.Background()
+		owner := Subject{IP: clientIP, Key: "account-42"}
+		// lock spends the account's 3 from other IPs.
+		lock := func(t *testing.T, l *Limiter) {
+			t.Helper()
+			for i := range 3 {
+				d, err := l.Allow(ctx, "login", Subject{IP: netip.AddrFrom4([4]byte{203, 0, 113, byte(i)}), Key: "account-42"})
+				require.NoError(t, err)
+				require.True(t, d.Allowed)
+			}
+		}
+
+		t.Run("ATrustedDeviceCountsInItsOwnBucket", func(t *testing.T) {
+			t.Parallel()
+
+			l, bundle := setup(t)
+			device, err := l.IssueDevice(ctx, "login", "account-42")
+			require.NoError(t, err)
+			lock(t, l)
+
+			d, err := l.Allow(ctx, "login", owner)
+			require.NoError(t, err)
+			require.False(t, d.Allowed, "an untrusted client is refused")
+
+			withDevice := Subject{IP: clientIP, Key: "account-42", Device: device}
+			for want := int64(2); want >= 0; want-- {
+				d := mustPeek(t, l, withDevice)
+				require.True(t, d.Allowed)
+				d, err = l.Allow(ctx, "login", withDevice)
+				require.NoError(t, err)
+				require.True(t, d.Allowed, "the owner's device logs in")
+				key, _ := d.Of(ScopeKey)
+				require.Equal(t, want, key.Remaining)
+			}
+			d, err = l.Allow(ctx, "login", withDevice)
+			require.NoError(t, err)
+			require.False(t, d.Allowed, "the device locks itself")
+			require.Equal(t, ScopeKey, d.Rule.Scope)
+
+			// The device's own clear: the account's bucket stays locked for unknown clients.
+			require.NoError(t, l.Clear(ctx, "login", Subject{Key: "account-42", Device: device}))
+			require.True(t, mustPeek(t, l, withDevice).Allowed)
+			require.False(t, mustPeek(t, l, owner).Allowed)
+
+			// The IP rule applies to devices too: 1 + 4 spent of its 10 by this IP, 5 more (the
+			// device cleared between) reach its limit.
+			for i := range 5 {
+				if i == 3 {
+					require.NoError(t, l.Clear(ctx, "login", Subject{Key: "account-42", Device: device}))
+				}
+				d, err := l.Allow(ctx, "login", withDevice)
+				require.NoError(t, err)
+				require.True(t, d.Allowed)
+			}
+			d, err = l.Allow(ctx, "login", withDevice)
+			require.NoError(t, err)
+			require.False(t, d.Allowed)
+			require.Equal(t, ScopeIP, d.Rule.Scope)
+
+			keys := newKeyer(testSecret)
+			rows := counterRows(t, bundle.store)
+			require.Equal(t, int64(3), findCounter(rows, keys.key("login", ScopeKey, "account-42")).Count)
+			require.Len(t, rows, 3+1+1+1, "three attackers' IPs, the owner's IP, the account, the device")
+			requireDeviceOutcomes(t, bundle.metrics, map[deviceOutcome]float64{deviceTrusted: 3*2 + 1 + 1 + 1 + 5 + 1 + 1})
+		})
+
+		t.Run("BadTokensAreNoToken", func(t *testing.T) {
+			t.Parallel()
+
+			l, bundle := setup(t)
+			good, err := l.IssueDevice(ctx, "login", "account-42")
+			require.NoError(t, err)
+			otherAccount, err := l.IssueDevice(ctx, "login", "account-7")
+			require.NoError(t, err)
+			otherAction := mustLimiter(t, bundle.store, loginRules().With(Rule{Action: "signin", Scope: ScopeKey, Limit: 3, Window: time.Hour}), &LimiterConfig{NowFunc: bundle.clock.Now})
+			signin, err := otherAction.IssueDevice(ctx, "signin", "account-42")
+			require.NoError(t, err)
+			otherSecret, err := NewLimiter(bundle.store, []byte("another secret, 32 bytes or more!"), loginRules(), &LimiterConfig{NowFunc: bundle.clock.Now})
+			require.NoError(t, err)
+			foreign, err := otherSecret.IssueDevice(ctx, "login", "account-42")
+			require.NoError(t, err)
+			lock(t, l)
+
+			bad := map[string]string{
+				"Malformed":    "not a token",
+				"Forged":       alterMAC(t, good),
+				"OtherAccount": otherAccount,
+				"OtherAction":  signin,
+				"OtherSecret":  foreign,
+			}
+			// Each answers as no token: a peek in the same state, a spend from a fresh IP beside a
+			// spend without a token from another fresh IP.
+			none := mustPeek(t, l, owner)
+			require.False(t, none.Allowed)
+			ip := byte(0)
+			fresh := func() netip.Addr { ip++; return netip.AddrFrom4([4]byte{192, 0, 2, ip}) }
+			requireAsNone := func(name, token string) {
+				t.Helper()
+				require.Equal(t, mustPeek(t, l, owner), mustPeek(t, l, Subject{IP: clientIP, Key: "account-42", Device: token}), name)
+				want, err := l.Allow(ctx, "login", Subject{IP: fresh(), Key: "account-42"})
+				require.NoError(t, err)
+				got, err := l.Allow(ctx, "login", Subject{IP: fresh(), Key: "account-42", Device: token})
+				require.NoError(t, err)
+				require.Equal(t, want, got, name)
+			}
+			for name, token := range bad {
+				requireAsNone(name, token)
+			}
+
+			// Revoked, in another process: at once.
+			other := mustLimiter(t, bundle.store, loginRules(), &LimiterConfig{NowFunc: bundle.clock.Now})
+			require.True(t, mustPeek(t, l, Subject{IP: clientIP, Key: "account-42", Device: good}).Allowed)
+			require.NoError(t, other.RevokeDevices(ctx, "login", "account-42"))
+			requireAsNone("Revoked", good)
+			issuedAfter, err := l.IssueDevice(ctx, "login", "account-42")
+			require.NoError(t, err)
+			require.True(t, mustPeek(t, l, Subject{IP: clientIP, Key: "account-42", Device: issuedAfter}).Allowed, "a device issued after the revocation stands")
+
+			// Expired: the clock passes the TTL. The next window starts afresh, so lock it again.
+			bundle.clock.Set(bundle.clock.Now().Add(ttl))
+			lock(t, l)
+			requireAsNone("Expired", issuedAfter)
+
+			// A bad token spends the account's bucket, as no token does.
+			spender := Subject{IP: clientIP2, Key: "account-7", Device: bad["Forged"]}
+			d, err := l.Allow(ctx, "login", spender)
+			require.NoError(t, err)
+			key, _ := d.Of(ScopeKey)
+			require.Equal(t, int64(2), key.Remaining)
+			key, _ = mustPeek(t, l, Subject{IP: clientIP2, Key: "account-7"}).Of(ScopeKey)
+			require.Equal(t, int64(2), key.Remaining, "counted in the account's bucket")
+
+			requireDeviceOutcomes(t, bundle.metrics, map[deviceOutcome]float64{
+				deviceMalformed: 2, deviceForged: 2*4 + 1, deviceRevoked: 2, deviceTrusted: 2, deviceExpired: 2,
+			})
+		})
+
+		t.Run("IssueAndRevokeNeedAKeyRule", func(t *testing.T) {
+			t.Parallel()
+
+			l, _ := setup(t)
+			for _, action := range []Action{ActionRegister, "logout"} {
+				_, err := l.IssueDevice(ctx, action, "account-42")
+				require.ErrorContains(t, err, "has no key rule")
+				require.ErrorContains(t, l.RevokeDevices(ctx, action, "account-42"), "has no key rule")
+			}
+			_, err := l.IssueDevice(ctx, "login", "")
+			require.ErrorContains(t, err, "needs the key")
+		})
+
+		t.Run("RevocationsHoldNoRawKey", func(t *testing.T) {
+			t.Parallel()
+
+			l, bundle := setup(t)
+			require.NoError(t, l.RevokeDevices(ctx, "login", "account-secret-42"))
+			var text string
+			if bundle.store.Postgres != nil {
+				require.NoError(t, bundle.store.Postgres.Pool().QueryRow(ctx, `SELECT string_agg(encode(key_hash, 'escape'), '|') FROM rate_limit_device_revocations`).Scan(&text))
+			} else {
+				require.NoError(t, bundle.store.SQLite.DB().QueryRowContext(ctx, `SELECT group_concat(CAST(key_hash AS TEXT), '|') FROM rate_limit_device_revocations`).Scan(&text))
+			}
+			require.NotEmpty(t, text)
+			require.NotContains(t, text, "account-secret")
+		})
+	})
+}
+
+// alterMAC returns token with a bit of its MAC flipped.
+func alterMAC(t *testing.T, token string) string {
+	t.Helper()
+	raw, err := base64.RawURLEncoding.DecodeString(token)
+	require.NoError(t, err)
+	raw[len(raw)-1] ^= 1
+	return base64.RawURLEncoding.EncodeToString(raw)
+}
+
+// requireDeviceOutcomes checks postguard_rate_limit_device_tokens_total of login: want's
+// outcomes, 0 for the others.
+func requireDeviceOutcomes(t *testing.T, metrics *testMetrics, want map[deviceOutcome]float64) {
+	t.Helper()
+
+	for _, outcome := range deviceOutcomes {
+		require.InDelta(t, want[outcome], float64(metrics.count(t, "login", "device", string(outcome))), 0, "outcome %s", outcome)
+	}
 }

@@ -53,7 +53,17 @@ func (m *testMetrics) Counters(action Action, scope Scope) (allowed, refused Cou
 	return counter("allowed"), counter("refused")
 }
 
-// count is the count of one rule and outcome; it fails t for a rule whose counters NewLimiter
+func (m *testMetrics) DeviceCounter(action Action, outcome string) Counter {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	key := string(action) + "/device/" + outcome
+	if m.counts[key] == nil {
+		m.counts[key] = &testCounter{}
+	}
+	return m.counts[key]
+}
+
+// count is the count of one rule (scope "device": of the device tokens) and outcome; it fails t for a rule whose counters NewLimiter
 // never asked for.
 func (m *testMetrics) count(t *testing.T, action, scope, outcome string) int64 {
 	t.Helper()
@@ -68,11 +78,12 @@ func (m *testMetrics) count(t *testing.T, action, scope, outcome string) int64 {
 // below the limit), for the pure tests of window math and decisions. The same behaviours run
 // against both real engines in limiter_db_test.go.
 type memConsumer struct {
-	mu     sync.Mutex
-	counts map[memKey]int64
-	calls  atomic.Int64
-	params []db.RateLimitCounterConsumeParams
-	err    error
+	mu          sync.Mutex
+	counts      map[memKey]int64
+	revocations map[string]time.Time
+	calls       atomic.Int64
+	params      []db.RateLimitCounterConsumeParams
+	err         error
 }
 
 type memKey struct {
@@ -81,7 +92,20 @@ type memKey struct {
 }
 
 func newMemConsumer() *memConsumer {
-	return &memConsumer{counts: make(map[memKey]int64)}
+	return &memConsumer{counts: make(map[memKey]int64), revocations: make(map[string]time.Time)}
+}
+
+// trusted says device stands; the caller holds m.mu.
+func (m *memConsumer) trusted(device *db.RateLimitDeviceParams) bool {
+	return device != nil && !m.revocations[string(device.RevocationHash)].After(device.Since)
+}
+
+// keyOf is window i's key, the device's bucket in its window while it stands.
+func keyOf(keyHash []byte, i int, device *db.RateLimitDeviceParams, trusted bool) []byte {
+	if trusted && i == device.Window {
+		return device.KeyHash
+	}
+	return keyHash
 }
 
 // RateLimitCounterConsumeChain is one call, however many windows it spends (one round trip to a
@@ -94,8 +118,9 @@ func (m *memConsumer) RateLimitCounterConsumeChain(_ context.Context, params *db
 		m.params = append(m.params, params.Windows[0])
 		return nil, m.err
 	}
-	result := &db.RateLimitCounterChainResult{}
-	for _, w := range params.Windows {
+	result := &db.RateLimitCounterChainResult{DeviceTrusted: m.trusted(params.Device)}
+	for i, w := range params.Windows {
+		w.KeyHash = keyOf(w.KeyHash, i, params.Device, result.DeviceTrusted)
 		m.params = append(m.params, w)
 		k := memKey{string(w.KeyHash), w.WindowStart.UnixNano()}
 		if m.counts[k] >= w.LimitCount {
@@ -107,28 +132,62 @@ func (m *memConsumer) RateLimitCounterConsumeChain(_ context.Context, params *db
 	return result, nil
 }
 
-func (m *memConsumer) RateLimitCounterGetMany(_ context.Context, windows []db.RateLimitCounterGetParams) ([]int64, error) {
+// each calls fn with each window's key, under the lock, and says whether the device stood.
+func (m *memConsumer) each(params *db.RateLimitCounterWindowsParams, fn func(i int, k memKey)) (bool, error) {
 	m.calls.Add(1)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.err != nil {
-		return nil, m.err
+		return false, m.err
 	}
-	counts := make([]int64, len(windows))
-	for i, w := range windows {
-		counts[i] = m.counts[memKey{string(w.KeyHash), w.WindowStart.UnixNano()}]
+	trusted := m.trusted(params.Device)
+	for i, w := range params.Windows {
+		fn(i, memKey{string(keyOf(w.KeyHash, i, params.Device, trusted)), w.WindowStart.UnixNano()})
 	}
-	return counts, nil
+	return trusted, nil
 }
 
-func (m *memConsumer) RateLimitCounterDelete(_ context.Context, params *db.RateLimitCounterDeleteParams) error {
+func (m *memConsumer) RateLimitCounterGetMany(_ context.Context, params *db.RateLimitCounterWindowsParams) (*db.RateLimitCounterGetManyResult, error) {
+	counts := make([]int64, len(params.Windows))
+	trusted, err := m.each(params, func(i int, k memKey) { counts[i] = m.counts[k] })
+	if err != nil {
+		return nil, err
+	}
+	return &db.RateLimitCounterGetManyResult{Counts: counts, DeviceTrusted: trusted}, nil
+}
+
+func (m *memConsumer) RateLimitCounterRefund(_ context.Context, params *db.RateLimitCounterWindowsParams) (bool, error) {
+	return m.each(params, func(_ int, k memKey) {
+		if m.counts[k] > 0 {
+			m.counts[k]--
+		}
+	})
+}
+
+func (m *memConsumer) RateLimitCounterDeleteMany(_ context.Context, params *db.RateLimitCounterWindowsParams) (bool, error) {
+	return m.each(params, func(_ int, k memKey) { delete(m.counts, k) })
+}
+
+func (m *memConsumer) RateLimitDeviceRevocationGet(_ context.Context, keyHash []byte) (time.Time, error) {
 	m.calls.Add(1)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.err != nil {
-		return m.err
+	if revokedAt, ok := m.revocations[string(keyHash)]; ok {
+		return revokedAt, nil
 	}
-	delete(m.counts, memKey{string(params.KeyHash), params.WindowStart.UnixNano()})
+	return time.Unix(0, 0).UTC(), nil
+}
+
+func (m *memConsumer) RateLimitDeviceRevocationUpsert(_ context.Context, keyHash []byte) error {
+	m.calls.Add(1)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	// The database's clock, at its precision, always moving forward.
+	revokedAt := time.Now().UTC().Truncate(time.Microsecond)
+	if prev := m.revocations[string(keyHash)]; !revokedAt.After(prev) {
+		revokedAt = prev.Add(time.Microsecond)
+	}
+	m.revocations[string(keyHash)] = revokedAt
 	return nil
 }
 
@@ -143,14 +202,19 @@ func (c *countingConsumer) RateLimitCounterConsumeChain(ctx context.Context, par
 	return c.Consumer.RateLimitCounterConsumeChain(ctx, params)
 }
 
-func (c *countingConsumer) RateLimitCounterDelete(ctx context.Context, params *db.RateLimitCounterDeleteParams) error {
+func (c *countingConsumer) RateLimitCounterDeleteMany(ctx context.Context, params *db.RateLimitCounterWindowsParams) (bool, error) {
 	c.calls.Add(1)
-	return c.Consumer.RateLimitCounterDelete(ctx, params)
+	return c.Consumer.RateLimitCounterDeleteMany(ctx, params)
 }
 
-func (c *countingConsumer) RateLimitCounterGetMany(ctx context.Context, windows []db.RateLimitCounterGetParams) ([]int64, error) {
+func (c *countingConsumer) RateLimitCounterRefund(ctx context.Context, params *db.RateLimitCounterWindowsParams) (bool, error) {
 	c.calls.Add(1)
-	return c.Consumer.RateLimitCounterGetMany(ctx, windows)
+	return c.Consumer.RateLimitCounterRefund(ctx, params)
+}
+
+func (c *countingConsumer) RateLimitCounterGetMany(ctx context.Context, params *db.RateLimitCounterWindowsParams) (*db.RateLimitCounterGetManyResult, error) {
+	c.calls.Add(1)
+	return c.Consumer.RateLimitCounterGetMany(ctx, params)
 }
 
 // stubClock is a settable clock for NowFunc.
@@ -682,7 +746,7 @@ func TestLimiter_Peek(t *testing.T) {
 }
 
 // loginRules are a host app's login limits: per IP (password spraying), per email (the address
-// tried) and per key (the account), the failure-counting pattern's.
+// tried) and per key (the account), the login pattern's.
 func loginRules() Rules {
 	return DefaultRules().
 		With(Rule{Action: "login", Scope: ScopeIP, Limit: 10, Window: 15 * time.Minute}).
@@ -929,7 +993,7 @@ func TestLimiter_Clear(t *testing.T) {
 		bundle.consumer.err = errors.New("connection refused")
 		err := l.Clear(ctx, "login", Subject{Key: "x"})
 		require.ErrorIs(t, err, bundle.consumer.err)
-		require.ErrorContains(t, err, "error clearing rate limit login-key")
+		require.ErrorContains(t, err, "error clearing rate limits of login")
 	})
 }
 

@@ -124,7 +124,7 @@ func (d *database) drop(ctx context.Context, baseURL string) error {
 }
 
 // withSearchPath sets search_path to schema on every connection made from a postgres:// URL, as
-// a startup option (which pgx and libpq both read). Nothing else changes: unlike db/dbtest's
+// a startup option (which pgx and libpq both read). Nothing else changes: unlike internal/dbtest's
 // URLs, commits stay synchronous, as in production.
 func withSearchPath(databaseURL, schema string) (string, error) {
 	u, err := url.Parse(databaseURL)

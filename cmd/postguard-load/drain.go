@@ -18,11 +18,13 @@ import (
 	"github.com/postguard/postguard/jobs"
 	"github.com/postguard/postguard/jobs/mail"
 	"github.com/postguard/postguard/jobs/mail/resendfake"
+	"github.com/postguard/postguard/jobs/mail/smtpfake"
 )
 
 const (
 	rowDrainNoop   = "email-drain/noop"
 	rowDrainResend = "email-drain/resend"
+	rowDrainSMTP   = "email-drain/smtp"
 	rowDrainBudget = "email-drain/budget"
 
 	// drainUserHash is the password hash of the users the drain creates directly: never checked.
@@ -74,7 +76,44 @@ func (r *runner) emailDrain(ctx context.Context) error {
 	r.report.Rows = append(r.report.Rows, resendRow)
 	r.report.compare(resendRow, rowDrainNoop, targetDrainResend)
 
+	if err := r.drainSMTP(ctx, d); err != nil {
+		return err
+	}
 	return r.drainBudget(ctx, d)
+}
+
+// drainSMTP drains into smtpfake, a real SMTP server in-process, through the SMTP sender as
+// MAILER=smtp builds it: STARTTLS and AUTH on a connection of its own for every mail, unpaced.
+func (r *runner) drainSMTP(ctx context.Context, d *database) error {
+	fake := smtpfake.New(nil, &smtpfake.Config{Username: "postguard", Password: "load"})
+	defer fake.Close()
+	smtpURL, err := mail.ParseSMTPURL(fake.URL(mail.SMTPSchemeStartTLS))
+	if err != nil {
+		return fmt.Errorf("error parsing the fake's SMTP URL: %w", err)
+	}
+	res, err := r.drainPhase(ctx, d, &drainPhase{
+		name:  rowDrainSMTP,
+		mails: r.opts.Mails,
+		configure: func(config *service.Config, opts *service.Opts) {
+			config.Mailers = []string{service.MailerSMTP}
+			config.SMTPURL = smtpURL
+			config.SMTPMaxRPS = 0
+			config.MailFrom = resendFrom
+			opts.SMTPTLSConfig = fake.ClientTLSConfig()
+		},
+	})
+	if err != nil {
+		return err
+	}
+	row := res.row(rowDrainSMTP, r.opts.EmailWorkers, d.engine)
+	row.addNote("MAILER=smtp (go-mail, STARTTLS and AUTH PLAIN, one connection per mail) into smtpfake on loopback, unpaced (SMTP_MAX_RPS=0)")
+	if accepted := len(fake.Messages()); int64(accepted) != res.completed {
+		row.addNote(fmt.Sprintf("the fake accepted %d mails for %d completed jobs", accepted, res.completed))
+		row.Errors++
+	}
+	r.report.Rows = append(r.report.Rows, row)
+	r.report.compare(row, rowDrainNoop, targetDrainSMTP)
+	return nil
 }
 
 // drainBudget drains under a budget: the fake answers 429 beyond -budget requests per second and
@@ -132,12 +171,13 @@ func (r *runner) drainBudget(ctx context.Context, d *database) error {
 }
 
 // drainPhase is one drain: mails verification jobs for as many new users, worked by a River
-// client from jobs.NewRiverConfig with sender.
+// client from jobs.NewRiverConfig with sender, or with the mailer configure sets up.
 type drainPhase struct {
-	name   string
-	sender mail.Sender
-	mails  int
-	maxRPS float64
+	name      string
+	sender    mail.Sender
+	configure func(config *service.Config, opts *service.Opts)
+	mails     int
+	maxRPS    float64
 }
 
 type drainResult struct {
@@ -168,13 +208,17 @@ func (r *runner) drainPhase(ctx context.Context, d *database, phase *drainPhase)
 	config.FetchCooldown = r.opts.FetchCooldown
 	config.FetchPollInterval = r.opts.FetchPollInterval
 	config.Rules = abuse.DefaultRules()
-	// serve, not worker: the embedded default has no worker role; the API it also builds is idle.
-	svc, err := service.New(ctx, config, r.logger, service.RoleServe, &service.Opts{
+	opts := &service.Opts{
 		Sender: phase.sender,
 		RiverConfigFunc: func(riverConfig *river.Config) {
 			riverConfig.PeriodicJobs = nil // no prune in the middle of a measurement
 		},
-	})
+	}
+	if phase.configure != nil {
+		phase.configure(config, opts)
+	}
+	// serve, not worker: the embedded default has no worker role; the API it also builds is idle.
+	svc, err := service.New(ctx, config, r.logger, service.RoleServe, opts)
 	if err != nil {
 		return nil, fmt.Errorf("error building the worker: %w", err)
 	}

@@ -99,7 +99,7 @@ func requireRows(t *testing.T, report *Report, withSQLite, withRedis bool) {
 	} else {
 		require.Contains(t, strings.Join(report.Notes, "\n"), rowRedis+": skipped: no Redis at ")
 	}
-	want = append(want, scenarioHotIP, rowHash, scenarioRegister, rowDrainNoop, rowDrainResend, rowDrainBudget)
+	want = append(want, scenarioHotIP, rowHash, scenarioRegister, rowDrainNoop, rowDrainResend, rowDrainSMTP, rowDrainBudget)
 	if withSQLite {
 		want = append(want, rowSQLite)
 	}
@@ -109,7 +109,7 @@ func requireRows(t *testing.T, report *Report, withSQLite, withRedis bool) {
 	}
 	require.Equal(t, want, got)
 
-	targeted := []string{scenarioManyIPs, rowManyIPsRedis, scenarioHotIP, scenarioRegister, rowDrainResend, rowDrainBudget, rowSQLite}
+	targeted := []string{scenarioManyIPs, rowManyIPsRedis, scenarioHotIP, scenarioRegister, rowDrainResend, rowDrainSMTP, rowDrainBudget, rowSQLite}
 	held := []string{scenarioManyIPs, rowRedis, rowSQLite}
 	for _, row := range report.Rows {
 		require.Positive(t, row.Requests, row.Scenario)
@@ -572,8 +572,8 @@ func TestRedisConsumer(t *testing.T) {
 	require.Equal(t, int64(1), rdb.Exists(t.Context(), "rate:"+redisKey(huge.KeyHash, huge.WindowStart)).Val())
 	require.NoError(t, consumer.RateLimitCounterDelete(t.Context(), &db.RateLimitCounterDeleteParams{KeyHash: huge.KeyHash, WindowStart: start}))
 
-	_, err = consumer.RateLimitCounterGetMany(t.Context(), []db.RateLimitCounterGetParams{{KeyHash: ip.KeyHash, WindowStart: start}})
-	require.ErrorIs(t, err, errRedisGetUnsupported)
+	_, err = consumer.RateLimitCounterGetMany(t.Context(), &db.RateLimitCounterWindowsParams{Windows: []db.RateLimitCounterGetParams{{KeyHash: ip.KeyHash, WindowStart: start}}})
+	require.ErrorIs(t, err, errRedisUnsupported)
 }
 
 // redisReachable says whether TestRun can expect the redis row.

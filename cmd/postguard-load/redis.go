@@ -96,12 +96,37 @@ func (c *redisConsumer) RateLimitCounterConsumeChain(ctx context.Context, params
 	return res, nil
 }
 
-// errRedisGetUnsupported: redis_rate has no read that spends nothing, and forgot-password never
-// peeks.
-var errRedisGetUnsupported = errors.New("RateLimitCounterGetMany is not supported by the redis_rate baseline")
+// errRedisUnsupported: redis_rate has no read that spends nothing, no refund and no devices, and
+// forgot-password (the baseline's scenario) needs none of them.
+var errRedisUnsupported = errors.New("not supported by the redis_rate baseline")
 
-func (c *redisConsumer) RateLimitCounterGetMany(context.Context, []db.RateLimitCounterGetParams) ([]int64, error) {
-	return nil, errRedisGetUnsupported
+func (c *redisConsumer) RateLimitCounterGetMany(context.Context, *db.RateLimitCounterWindowsParams) (*db.RateLimitCounterGetManyResult, error) {
+	return nil, errRedisUnsupported
+}
+
+func (c *redisConsumer) RateLimitCounterRefund(context.Context, *db.RateLimitCounterWindowsParams) (bool, error) {
+	return false, errRedisUnsupported
+}
+
+func (c *redisConsumer) RateLimitDeviceRevocationGet(context.Context, []byte) (time.Time, error) {
+	return time.Time{}, errRedisUnsupported
+}
+
+func (c *redisConsumer) RateLimitDeviceRevocationUpsert(context.Context, []byte) error {
+	return errRedisUnsupported
+}
+
+// RateLimitCounterDeleteMany resets each window (no device: see errRedisUnsupported).
+func (c *redisConsumer) RateLimitCounterDeleteMany(ctx context.Context, params *db.RateLimitCounterWindowsParams) (bool, error) {
+	if params.Device != nil {
+		return false, errRedisUnsupported
+	}
+	for _, w := range params.Windows {
+		if err := c.RateLimitCounterDelete(ctx, &db.RateLimitCounterDeleteParams{KeyHash: w.KeyHash, WindowStart: w.WindowStart}); err != nil {
+			return false, err
+		}
+	}
+	return false, nil
 }
 
 func (c *redisConsumer) RateLimitCounterDelete(ctx context.Context, params *db.RateLimitCounterDeleteParams) error {

@@ -42,6 +42,7 @@ const (
 	targetHotIP        = 3    // http-hot-ip over http-many-ips
 	targetRegister     = 0.80 // register over argon2id-hash, with a peak RSS of at most maxPeakRSS
 	targetDrainResend  = 0.60 // email-drain/resend over email-drain/noop
+	targetDrainSMTP    = 0.30 // email-drain/smtp over email-drain/noop (issue 24: a TLS session per mail)
 	targetDrainBudget  = 0.95 // email-drain/budget's delivered/s over the budget, with no 429
 	targetSQLite       = 0.50 // sqlite/http-many-ips over http-many-ips
 	maxPeakRSS         = 256 << 20

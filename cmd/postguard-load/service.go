@@ -67,7 +67,7 @@ func (r *runner) startService(ctx context.Context, name string, d *database, rul
 	config.AppURL = appURL
 	config.Rules = rules
 	config.TrustedProxies = trusted
-	config.Mailer = service.MailerNone
+	config.Mailers = nil // MAILER=none
 	// `postguard api`; on the embedded default, which has no api role, `postguard serve` with its
 	// River client not started.
 	role := service.RoleAPI

@@ -28,27 +28,29 @@ func (c *versionCommand) Run(_ context.Context, env *commandEnv) error {
 }
 
 // migrateCommand applies River's migrations and then the app's, under a lock; idempotent, so a
-// deploy may run `river migrate-up` before it, or not at all.
+// deploy may run `river migrate-up` before it, or not at all. Given the secret (APP_SECRET, or
+// the embedded default's file), it checks it against the database's too, and records it on a
+// database that has none.
 type migrateCommand struct{}
 
 func (c *migrateCommand) Run(ctx context.Context, env *commandEnv) error {
-	// A deploy step migrates with DATABASE_URL alone, without the service's APP_SECRET or mailer
-	// settings (README: `DATABASE_URL=… scripts/migrate.sh`).
+	// A deploy step may migrate with DATABASE_URL alone, without the service's mailer settings
+	// (README: `DATABASE_URL=… scripts/migrate.sh`); APP_SECRET is optional.
 	cfg, err := loadDatabaseConfig(env.Environ)
 	if err != nil {
 		return fmt.Errorf("configuration error:\n%w", err)
 	}
-	logger := newLogger(cfg, env.Stderr)
-
-	store, err := service.OpenStore(ctx, cfg, logger)
+	checked, err := service.Migrate(ctx, cfg, newLogger(cfg, env.Stderr))
 	if err != nil {
 		return err
 	}
-	defer store.Close()
-
-	if err := store.Migrate(ctx); err != nil {
-		return fmt.Errorf("error migrating %s database: %w", store.Engine(), err)
+	if _, err := fmt.Fprintf(env.Stdout, "postguard: %s schema is up to date (River's migrations and postguard's)\n", cfg.Engine); err != nil {
+		return err
 	}
-	_, err = fmt.Fprintf(env.Stdout, "postguard: %s schema is up to date (River's migrations and postguard's)\n", store.Engine())
+	if checked {
+		_, err = fmt.Fprintf(env.Stdout, "postguard: %s is the database's secret\n", service.SecretSource(cfg))
+	} else {
+		_, err = fmt.Fprintln(env.Stdout, "postguard: APP_SECRET not given: the first api, worker or serve checks its secret against the database's (and records it on a database that has none)")
+	}
 	return err
 }

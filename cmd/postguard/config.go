@@ -34,8 +34,12 @@ const minSecretLen = tokens.MinSecretLen
 // must be too long to guess.
 const minAdminTokenLen = 32
 
-// maxResendMaxRPS bounds RESEND_MAX_RPS: far above any provider's rate, so that a typo (1e9) or
-// +Inf is refused at start rather than taken as no pace at all.
+// maxDeviceTokenTTL bounds DEVICE_TOKEN_TTL: ten years, far past any sensible life of a device
+// cookie, so that a typo (a unit forgotten, 1e9h) is refused at start.
+const maxDeviceTokenTTL = 10 * 365 * 24 * time.Hour
+
+// maxResendMaxRPS bounds RESEND_MAX_RPS and SMTP_MAX_RPS: far above any provider's rate, so that a
+// typo (1e9) or +Inf is refused at start rather than taken as no pace at all.
 const maxResendMaxRPS = 10_000
 
 // config is everything postguard reads from its environment, read once at start by loadConfig.
@@ -50,8 +54,8 @@ func loadConfig(environ []string) (*config, error) {
 		DatabaseURL:       cmp.Or(getenv("DATABASE_URL"), "sqlite://postguard.db"),
 		HTTPAddr:          cmp.Or(getenv("HTTP_ADDR"), ":8080"),
 		ResendAPIKey:      getenv("RESEND_API_KEY"),
-		ResendFromEmail:   getenv("RESEND_FROM_EMAIL"),
 		ResendBaseURL:     cmp.Or(getenv("RESEND_BASE_URL"), "https://api.resend.com/"),
+		MailFrom:          cmp.Or(getenv("MAIL_FROM"), getenv("RESEND_FROM_EMAIL")),
 		RiverUIUsername:   getenv("RIVERUI_USERNAME"),
 		RiverUIPassword:   getenv("RIVERUI_PASSWORD"),
 		JobRetention:      p.duration("JOB_RETENTION", jobs.DefaultJobRetention, time.Minute),
@@ -59,23 +63,26 @@ func loadConfig(environ []string) (*config, error) {
 		PruneInterval:     p.duration("PRUNE_INTERVAL", jobs.DefaultPruneInterval, time.Second),
 		ShutdownTimeout:   p.duration("SHUTDOWN_TIMEOUT", 10*time.Second, 0),
 		ResendMaxRPS:      p.float("RESEND_MAX_RPS", 2),
+		SMTPMaxRPS:        p.float("SMTP_MAX_RPS", 2),
 		EmailWorkers:      p.int("EMAIL_WORKERS", jobs.DefaultEmailWorkers, 1, river.QueueNumWorkersMax),
 		JobTimeout:        p.duration("JOB_TIMEOUT", jobs.DefaultJobTimeout, time.Second),
 		JobRescueAfter:    p.duration("JOB_RESCUE_AFTER", jobs.DefaultRescueAfter, time.Second),
 		FetchCooldown:     p.duration("JOB_FETCH_COOLDOWN", 100*time.Millisecond, time.Millisecond),
 		FetchPollInterval: p.duration("JOB_FETCH_POLL_INTERVAL", time.Second, time.Millisecond),
+		DeviceTokenTTL:    p.duration("DEVICE_TOKEN_TTL", abuse.DefaultDeviceTokenTTL, time.Minute),
 	}
 
 	p.databaseURL(cfg)
 	cfg.AppURL = p.appURL()
 	p.mail(cfg)
 	cfg.MetricsAddr = p.metricsAddr()
-	cfg.AppSecret = p.secret(cfg.Engine)
+	cfg.AppSecret = p.secret(cfg.Engine, true)
 	cfg.TrustedProxies = p.trustedProxies()
 	cfg.ClientIPHeader = p.clientIPHeader()
 	cfg.Rules = p.rules()
 	cfg.LimitsToken = p.limitsToken()
-	cfg.Mailer = p.mailer(cfg)
+	cfg.SMTPURL = p.smtpURL()
+	cfg.Mailers = p.mailers(cfg)
 	cfg.LogFormat, cfg.LogLevel = p.logging()
 	cfg.ResendWebhookSecret = p.webhookSecret()
 	cfg.AdminToken = p.adminToken()
@@ -89,9 +96,17 @@ func loadConfig(environ []string) (*config, error) {
 	if !(cfg.ResendMaxRPS >= 0 && cfg.ResendMaxRPS <= maxResendMaxRPS) { // NaN fails both
 		p.fail("RESEND_MAX_RPS", "must be 0 (unpaced) or a number of sends per second up to %d", maxResendMaxRPS)
 	}
+	if !(cfg.SMTPMaxRPS >= 0 && cfg.SMTPMaxRPS <= maxResendMaxRPS) {
+		p.fail("SMTP_MAX_RPS", "must be 0 (unpaced) or a number of sends per second up to %d", maxResendMaxRPS)
+	}
+	if cfg.DeviceTokenTTL > maxDeviceTokenTTL || cfg.DeviceTokenTTL%time.Second != 0 {
+		p.fail("DEVICE_TOKEN_TTL", "%q is not a whole number of seconds up to %s (the device cookie's Max-Age); the default is %s (90 days)",
+			p.getenv("DEVICE_TOKEN_TTL"), maxDeviceTokenTTL, abuse.DefaultDeviceTokenTTL)
+	}
 	if (cfg.RiverUIUsername == "") != (cfg.RiverUIPassword == "") {
 		p.fail("RIVERUI_PASSWORD", "RIVERUI_USERNAME and RIVERUI_PASSWORD must be set together (River UI is not mounted when both are unset)")
 	}
+	p.secretsDiffer("APP_SECRET", "ADMIN_TOKEN", "LIMITS_API_TOKEN", "RIVERUI_PASSWORD")
 
 	if len(p.errs) > 0 {
 		return nil, errors.Join(p.errs...)
@@ -99,8 +114,9 @@ func loadConfig(environ []string) (*config, error) {
 	return cfg, nil
 }
 
-// loadMailConfig reads only what the mail's templates need (`postguard mail preview`): APP_NAME,
-// APP_URL, MAIL_TEMPLATES_DIR and DEFAULT_LOCALE, checked as a server checks them.
+// loadMailConfig reads only what the templates of the mail and the pages need (`postguard mail
+// preview`): APP_NAME, APP_URL, APP_LOGIN_URL, APP_BRAND_COLOR, APP_LOGO_URL, MAIL_TEMPLATES_DIR
+// and DEFAULT_LOCALE, checked as a server checks them.
 func loadMailConfig(environ []string) (*config, error) {
 	p := newEnvParser(environ)
 	cfg := &config{AppURL: p.appURL()}
@@ -111,11 +127,23 @@ func loadMailConfig(environ []string) (*config, error) {
 	return cfg, nil
 }
 
-// loadDatabaseConfig reads only what `postguard migrate` needs: DATABASE_URL and the log settings.
+// loadDatabaseConfig reads only what `postguard migrate` needs: DATABASE_URL, the log settings,
+// and APP_SECRET when it is set (to check it against the database's).
 func loadDatabaseConfig(environ []string) (*config, error) {
+	return loadDatabaseAndSecret(environ, false)
+}
+
+// loadSecretConfig reads what `postguard secret reset` needs: loadDatabaseConfig's variables,
+// APP_SECRET required on PostgreSQL as for the server roles.
+func loadSecretConfig(environ []string) (*config, error) {
+	return loadDatabaseAndSecret(environ, true)
+}
+
+func loadDatabaseAndSecret(environ []string, secretRequired bool) (*config, error) {
 	p := newEnvParser(environ)
 	cfg := &config{DatabaseURL: cmp.Or(p.getenv("DATABASE_URL"), "sqlite://postguard.db")}
 	p.databaseURL(cfg)
+	cfg.AppSecret = p.secret(cfg.Engine, secretRequired)
 	cfg.LogFormat, cfg.LogLevel = p.logging()
 	if len(p.errs) > 0 {
 		return nil, errors.Join(p.errs...)
@@ -242,10 +270,10 @@ func (p *envParser) metricsAddr() string {
 // maxAppNameLen bounds APP_NAME, in code points: it goes into every subject line.
 const maxAppNameLen = 100
 
-// mail reads APP_NAME, MAIL_TEMPLATES_DIR and DEFAULT_LOCALE, and builds the renderer from them
-// and cfg.AppURL: every template is loaded and rendered with sample data now, so that a template
-// that does not parse or names a field that does not exist stops the process at start, its file
-// named.
+// mail reads APP_NAME, APP_LOGIN_URL, APP_BRAND_COLOR, APP_LOGO_URL, MAIL_TEMPLATES_DIR and
+// DEFAULT_LOCALE, and builds the renderer of the mail and the pages from them and cfg.AppURL:
+// every template is loaded and rendered with sample data now, so that a template that does not
+// parse or names a field that does not exist stops the process at start, its file named.
 func (p *envParser) mail(cfg *config) {
 	errs := len(p.errs)
 	cfg.AppName = mail.DefaultAppName
@@ -270,6 +298,31 @@ func (p *envParser) mail(cfg *config) {
 		cfg.DefaultLocale = tag.String()
 	}
 
+	cfg.LoginURL = cfg.AppURL
+	if raw := p.getenv("APP_LOGIN_URL"); raw != "" {
+		u, err := url.Parse(raw)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			p.fail("APP_LOGIN_URL", "%q is not an absolute http(s) URL (where the pages send people next, e.g. https://app.example.com/login); unset, it is APP_URL", raw)
+		} else {
+			cfg.LoginURL = raw
+		}
+	}
+	cfg.BrandColor = mail.DefaultBrandColor
+	if raw := p.getenv("APP_BRAND_COLOR"); raw != "" {
+		if err := mail.CheckBrandColor(raw); err != nil {
+			p.fail("APP_BRAND_COLOR", "%v", err)
+		} else {
+			cfg.BrandColor = strings.ToLower(raw)
+		}
+	}
+	if raw := p.getenv("APP_LOGO_URL"); raw != "" {
+		if err := mail.CheckLogoURL(raw); err != nil {
+			p.fail("APP_LOGO_URL", "%v", err)
+		} else {
+			cfg.LogoURL = raw
+		}
+	}
+
 	cfg.MailTemplatesDir = p.getenv("MAIL_TEMPLATES_DIR")
 	if cfg.MailTemplatesDir != "" {
 		if info, err := os.Stat(cfg.MailTemplatesDir); err != nil || !info.IsDir() {
@@ -282,6 +335,9 @@ func (p *envParser) mail(cfg *config) {
 	renderer, err := mail.NewRenderer(&mail.RendererConfig{
 		AppName:       cfg.AppName,
 		AppURL:        cfg.AppURL,
+		LoginURL:      cfg.LoginURL,
+		BrandColor:    cfg.BrandColor,
+		LogoURL:       cfg.LogoURL,
 		TemplatesDir:  cfg.MailTemplatesDir,
 		DefaultLocale: cfg.DefaultLocale,
 	})
@@ -296,14 +352,16 @@ func (p *envParser) mail(cfg *config) {
 	cfg.Renderer = renderer
 }
 
-func (p *envParser) secret(engine string) []byte {
+// secret reads APP_SECRET: required on PostgreSQL when required says so; unset on the embedded
+// default, the engine's own secret file is used.
+func (p *envParser) secret(engine string, required bool) []byte {
 	s := p.getenv("APP_SECRET")
 	switch {
-	case s == "" && engine == service.EnginePostgres:
+	case s == "" && engine == service.EnginePostgres && required:
 		p.fail("APP_SECRET", "required on PostgreSQL: at least %d random bytes, e.g. `openssl rand -hex 32`", minSecretLen)
 		return nil
 	case s == "":
-		return nil // the embedded default keeps a generated secret beside its database
+		return nil // the embedded default keeps a generated secret beside its database (or migrate was given none)
 	case len(s) < minSecretLen:
 		p.fail("APP_SECRET", "is %d bytes; it must be at least %d (e.g. `openssl rand -hex 32`)", len(s), minSecretLen)
 		return nil
@@ -311,6 +369,24 @@ func (p *envParser) secret(engine string) []byte {
 	// The value's bytes are the key, whatever its encoding: every process of a deployment derives
 	// the same keys from the same text.
 	return []byte(s)
+}
+
+// secretsDiffer fails each of names (in order) whose value, when set, is another's before it:
+// each secret grants its own power (the admin API, the limits API, River UI, every HMAC), so a
+// holder of one must not hold another. River UI's password is the likeliest to leak, since a
+// browser sends it with every request.
+func (p *envParser) secretsDiffer(names ...string) {
+	for i, name := range names {
+		value := p.getenv(name)
+		if value == "" {
+			continue
+		}
+		for _, earlier := range names[:i] {
+			if p.getenv(earlier) == value {
+				p.fail(name, "must differ from %s: each secret grants its own access, so give each a value of its own (e.g. `openssl rand -hex 32`)", earlier)
+			}
+		}
+	}
 }
 
 func (p *envParser) webhookSecret() string {
@@ -391,34 +467,84 @@ func (p *envParser) limitsToken() string {
 	return token
 }
 
-func (p *envParser) mailer(cfg *config) string {
-	mailer := p.getenv("MAILER")
-	if mailer == "" {
-		switch {
-		case cfg.ResendAPIKey != "":
-			mailer = service.MailerResend
-		case cfg.Engine == service.EngineSQLite:
-			mailer = service.MailerLog
-		default:
-			mailer = service.MailerNone
+// mailers reads MAILER: resend and smtp, alone or both in failover order (resend,smtp or
+// smtp,resend), log alone, or none. Unset, it is the providers whose settings are present, Resend
+// first (RESEND_API_KEY, SMTP_URL), else log on the embedded default and none on PostgreSQL. It
+// checks what each named provider needs; none gives an empty list.
+func (p *envParser) mailers(cfg *config) []string {
+	var names []string
+	if raw := p.getenv("MAILER"); raw == "" {
+		if cfg.ResendAPIKey != "" {
+			names = append(names, service.MailerResend)
+		}
+		if cfg.SMTPURL != nil || p.getenv("SMTP_URL") != "" {
+			names = append(names, service.MailerSMTP)
+		}
+		if len(names) == 0 && cfg.Engine == service.EngineSQLite {
+			names = []string{service.MailerLog}
+		}
+	} else {
+		for part := range strings.SplitSeq(raw, ",") {
+			name := strings.TrimSpace(part)
+			switch {
+			case name != service.MailerResend && name != service.MailerSMTP && name != service.MailerLog && name != service.MailerNone:
+				p.fail("MAILER", "%q is not one of resend, smtp, log, none (resend and smtp may be listed together, in failover order: resend,smtp)", name)
+				return nil
+			case slices.Contains(names, name):
+				p.fail("MAILER", "names %s twice", name)
+				return nil
+			}
+			names = append(names, name)
+		}
+		if len(names) > 1 && (slices.Contains(names, service.MailerLog) || slices.Contains(names, service.MailerNone)) {
+			p.fail("MAILER", "%q: log and none stand alone; only resend and smtp fail over to each other", raw)
+			return nil
+		}
+		if names[0] == service.MailerNone {
+			return nil
 		}
 	}
-	switch mailer {
-	case service.MailerResend:
+
+	resend, smtp := slices.Contains(names, service.MailerResend), slices.Contains(names, service.MailerSMTP)
+	if resend {
 		if cfg.ResendAPIKey == "" {
-			p.fail("RESEND_API_KEY", "required when MAILER=resend")
-		}
-		if cfg.ResendFromEmail == "" {
-			p.fail("RESEND_FROM_EMAIL", "required when MAILER=resend (a sender on a domain verified with Resend)")
+			p.fail("RESEND_API_KEY", "required when MAILER names resend")
 		}
 		if u, err := url.Parse(cfg.ResendBaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			p.fail("RESEND_BASE_URL", "%q is not an absolute http(s) URL", cfg.ResendBaseURL)
 		}
-	case service.MailerLog, service.MailerNone:
-	default:
-		p.fail("MAILER", "%q is not one of resend, log, none", mailer)
 	}
-	return mailer
+	if smtp && cfg.SMTPURL == nil && p.getenv("SMTP_URL") == "" {
+		p.fail("SMTP_URL", "required when MAILER names smtp: smtps://user:password@host:465, smtp://user:password@host:587 (STARTTLS) or smtp+insecure://host:25")
+	}
+	fromVar := "MAIL_FROM" // the variable the sender came from, to name in an error
+	if p.getenv("MAIL_FROM") == "" && p.getenv("RESEND_FROM_EMAIL") != "" {
+		fromVar = "RESEND_FROM_EMAIL"
+	}
+	switch {
+	case (resend || smtp) && cfg.MailFrom == "":
+		p.fail(fromVar, "required when MAILER names resend or smtp: the sender of every mail, e.g. App <no-reply@example.com> on a domain the provider lets you send from (MAIL_FROM, or RESEND_FROM_EMAIL when MAIL_FROM is unset)")
+	case smtp:
+		if err := mail.CheckFrom(cfg.MailFrom); err != nil {
+			p.fail(fromVar, "%v", err)
+		}
+	}
+	return names
+}
+
+// smtpURL reads SMTP_URL, when set, whatever MAILER says: a bad one stops the process even while
+// unused. Its errors never quote the URL, which may hold a password.
+func (p *envParser) smtpURL() *mail.SMTPURL {
+	raw := p.getenv("SMTP_URL")
+	if raw == "" {
+		return nil
+	}
+	u, err := mail.ParseSMTPURL(raw)
+	if err != nil {
+		p.fail("SMTP_URL", "%v", err)
+		return nil
+	}
+	return u
 }
 
 func (p *envParser) logging() (string, slog.Level) {

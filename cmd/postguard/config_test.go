@@ -36,9 +36,12 @@ func TestLoadConfig(t *testing.T) {
 		require.Equal(t, ":8080", cfg.HTTPAddr)
 		require.Equal(t, "http://localhost:8080", cfg.AppURL)
 		require.Nil(t, cfg.AppSecret, "the embedded default keeps a generated secret beside its database")
-		require.Equal(t, service.MailerLog, cfg.Mailer)
+		require.Equal(t, []string{service.MailerLog}, cfg.Mailers)
+		require.Nil(t, cfg.SMTPURL)
+		require.InDelta(t, 2.0, cfg.SMTPMaxRPS, 0)
 		require.Equal(t, 336*time.Hour, cfg.JobRetention)
 		require.Equal(t, 24*time.Hour, cfg.CounterRetention)
+		require.Equal(t, 2160*time.Hour, cfg.DeviceTokenTTL)
 		require.Equal(t, time.Hour, cfg.PruneInterval)
 		require.Equal(t, 10*time.Second, cfg.ShutdownTimeout)
 		require.InDelta(t, 2.0, cfg.ResendMaxRPS, 0)
@@ -57,6 +60,34 @@ func TestLoadConfig(t *testing.T) {
 		require.Empty(t, cfg.MailTemplatesDir)
 		require.NotNil(t, cfg.Renderer)
 		require.Equal(t, []string{"en"}, cfg.Renderer.Locales())
+		require.Equal(t, "http://localhost:8080", cfg.LoginURL, "APP_LOGIN_URL defaults to APP_URL")
+		require.Equal(t, mail.DefaultBrandColor, cfg.BrandColor)
+		require.Empty(t, cfg.LogoURL)
+	})
+
+	t.Run("Brand", func(t *testing.T) {
+		t.Parallel()
+
+		cfg, err := loadConfig(envFunc(map[string]string{
+			"APP_URL":         "https://auth.acme.example",
+			"APP_LOGIN_URL":   "https://acme.example/login?next=%2F",
+			"APP_BRAND_COLOR": "#0F766E",
+			"APP_LOGO_URL":    "https://cdn.acme.example/logo.svg",
+		}))
+		require.NoError(t, err)
+		require.Equal(t, "https://acme.example/login?next=%2F", cfg.LoginURL)
+		require.Equal(t, "#0f766e", cfg.BrandColor)
+		require.Equal(t, "https://cdn.acme.example/logo.svg", cfg.LogoURL)
+
+		page, err := cfg.Renderer.RenderPageSample(mail.PagePasswordChanged, "")
+		require.NoError(t, err)
+		require.Contains(t, page.HTML, `href="https://acme.example/login?next=%2F"`)
+		require.Contains(t, page.HTML, "background: #0f766e;")
+		require.Contains(t, page.HTML, `src="https://cdn.acme.example/logo.svg" alt="postguard"`)
+		welcome, err := cfg.Renderer.RenderSample(mail.KindWelcome, "")
+		require.NoError(t, err)
+		require.Contains(t, welcome.HTML, "background-color:#0f766e;")
+		require.Contains(t, welcome.HTML, `src="https://cdn.acme.example/logo.svg"`)
 	})
 
 	t.Run("Mail", func(t *testing.T) {
@@ -127,8 +158,49 @@ func TestLoadConfig(t *testing.T) {
 		}))
 		require.NoError(t, err)
 		require.Equal(t, service.EnginePostgres, cfg.Engine)
-		require.Equal(t, service.MailerResend, cfg.Mailer, "a Resend key selects the Resend mailer")
+		require.Equal(t, []string{service.MailerResend}, cfg.Mailers, "a Resend key selects the Resend mailer")
+		require.Equal(t, "hello@example.com", cfg.MailFrom, "RESEND_FROM_EMAIL is every provider's sender")
 		require.Len(t, cfg.TrustedProxies, 2)
+	})
+
+	t.Run("SMTP", func(t *testing.T) {
+		t.Parallel()
+
+		cfg, err := loadConfig(envFunc(map[string]string{
+			"SMTP_URL":     "smtps://postguard%40example.com:p%40ss@smtp.example.com",
+			"SMTP_MAX_RPS": "14",
+			"MAIL_FROM":    "Acme <no-reply@acme.example>",
+		}))
+		require.NoError(t, err)
+		require.Equal(t, []string{service.MailerSMTP}, cfg.Mailers, "an SMTP_URL selects SMTP")
+		require.Equal(t, &mail.SMTPURL{Scheme: mail.SMTPSchemeTLS, Host: "smtp.example.com", Port: 465, Username: "postguard@example.com", Password: "p@ss"}, cfg.SMTPURL)
+		require.InDelta(t, 14.0, cfg.SMTPMaxRPS, 0)
+		require.Equal(t, "Acme <no-reply@acme.example>", cfg.MailFrom)
+	})
+
+	t.Run("Failover", func(t *testing.T) {
+		t.Parallel()
+
+		env := map[string]string{
+			"RESEND_API_KEY":    "re_1",
+			"RESEND_FROM_EMAIL": "resend@acme.example",
+			"MAIL_FROM":         "Acme <no-reply@acme.example>",
+			"SMTP_URL":          "smtp://relay.example.com",
+		}
+		cfg, err := loadConfig(envFunc(env))
+		require.NoError(t, err)
+		require.Equal(t, []string{service.MailerResend, service.MailerSMTP}, cfg.Mailers, "both configured: Resend first")
+		require.Equal(t, "Acme <no-reply@acme.example>", cfg.MailFrom, "MAIL_FROM wins over RESEND_FROM_EMAIL")
+
+		env["MAILER"] = " smtp , resend "
+		cfg, err = loadConfig(envFunc(env))
+		require.NoError(t, err)
+		require.Equal(t, []string{service.MailerSMTP, service.MailerResend}, cfg.Mailers, "any order")
+
+		env["MAILER"] = "none"
+		cfg, err = loadConfig(envFunc(env))
+		require.NoError(t, err)
+		require.Empty(t, cfg.Mailers)
 	})
 
 	t.Run("PostgresWithoutMailerHoldsMail", func(t *testing.T) {
@@ -139,7 +211,7 @@ func TestLoadConfig(t *testing.T) {
 			"APP_SECRET":   strings.Repeat("s", 32),
 		}))
 		require.NoError(t, err)
-		require.Equal(t, service.MailerNone, cfg.Mailer)
+		require.Empty(t, cfg.Mailers)
 	})
 
 	t.Run("RateLimitOverride", func(t *testing.T) {
@@ -168,6 +240,14 @@ func TestLoadConfig(t *testing.T) {
 		}, cfg.Rules.All()[len(abuse.DefaultRules().All()):])
 		register, _ := cfg.Rules.Get(abuse.ActionRegister, abuse.ScopeIP)
 		require.Equal(t, int64(9), register.Limit)
+	})
+
+	t.Run("DeviceTokenTTL", func(t *testing.T) {
+		t.Parallel()
+
+		cfg, err := loadConfig(envFunc(map[string]string{"DEVICE_TOKEN_TTL": "720h"}))
+		require.NoError(t, err)
+		require.Equal(t, 30*24*time.Hour, cfg.DeviceTokenTTL)
 	})
 
 	t.Run("LimitsToken", func(t *testing.T) {
@@ -203,6 +283,10 @@ func TestLoadConfig(t *testing.T) {
 		{"SecretRequiredOnPostgres", map[string]string{"DATABASE_URL": "postgres://db/x"}, "APP_SECRET"},
 		{"SecretTooShort", map[string]string{"APP_SECRET": "short"}, "APP_SECRET"},
 		{"Duration", map[string]string{"JOB_TIMEOUT": "soon"}, "JOB_TIMEOUT"},
+		{"DeviceTokenTTLGarbage", map[string]string{"DEVICE_TOKEN_TTL": "90d"}, `invalid DEVICE_TOKEN_TTL: "90d" is not a duration of at least 1m0s`},
+		{"DeviceTokenTTLShort", map[string]string{"DEVICE_TOKEN_TTL": "30s"}, "invalid DEVICE_TOKEN_TTL"},
+		{"DeviceTokenTTLLong", map[string]string{"DEVICE_TOKEN_TTL": "1000000h"}, `invalid DEVICE_TOKEN_TTL: "1000000h" is not a whole number of seconds up to 87600h0m0s`},
+		{"DeviceTokenTTLFraction", map[string]string{"DEVICE_TOKEN_TTL": "90m0.5s"}, "invalid DEVICE_TOKEN_TTL"},
 		{"RescueNotAfterTimeout", map[string]string{"JOB_TIMEOUT": "5m", "JOB_RESCUE_AFTER": "1m"}, "JOB_RESCUE_AFTER"},
 		{"FetchPollBelowCooldown", map[string]string{"JOB_FETCH_POLL_INTERVAL": "10ms"}, "JOB_FETCH_POLL_INTERVAL"},
 		{"Workers", map[string]string{"EMAIL_WORKERS": "0"}, "EMAIL_WORKERS"},
@@ -210,7 +294,21 @@ func TestLoadConfig(t *testing.T) {
 		{"MaxRPSGarbage", map[string]string{"RESEND_MAX_RPS": "fast"}, "RESEND_MAX_RPS"},
 		{"MaxRPSInfinite", map[string]string{"RESEND_MAX_RPS": "+Inf"}, "RESEND_MAX_RPS"},
 		{"MaxRPSTooHigh", map[string]string{"RESEND_MAX_RPS": "1e9"}, "RESEND_MAX_RPS"},
-		{"Mailer", map[string]string{"MAILER": "smtp"}, "MAILER"},
+		{"Mailer", map[string]string{"MAILER": "sendgrid"}, "invalid MAILER: \"sendgrid\" is not one of resend, smtp, log, none"},
+		{"MailerTwice", map[string]string{"MAILER": "resend,resend", "RESEND_API_KEY": "re_1", "RESEND_FROM_EMAIL": "a@b.c"}, "invalid MAILER: names resend twice"},
+		{"MailerLogCombined", map[string]string{"MAILER": "log,smtp", "SMTP_URL": "smtp://relay.example.com"}, "invalid MAILER: \"log,smtp\": log and none stand alone"},
+		{"MailerNoneCombined", map[string]string{"MAILER": "resend,none", "RESEND_API_KEY": "re_1"}, "log and none stand alone"},
+		{"MailerEmptyEntry", map[string]string{"MAILER": "resend,"}, "invalid MAILER: \"\" is not one of"},
+		{"SMTPWithoutURL", map[string]string{"MAILER": "smtp", "MAIL_FROM": "a@b.c"}, "invalid SMTP_URL: required when MAILER names smtp"},
+		{"SMTPWithoutFrom", map[string]string{"MAILER": "smtp", "SMTP_URL": "smtp://relay.example.com"}, "invalid MAIL_FROM: required when MAILER names resend or smtp"},
+		{"SMTPFromNotAnAddress", map[string]string{"SMTP_URL": "smtp://relay.example.com", "MAIL_FROM": "postguard"}, "invalid MAIL_FROM: from address \"postguard\" is not an address"},
+		{"SMTPFromResendNotAnAddress", map[string]string{"SMTP_URL": "smtp://relay.example.com", "RESEND_FROM_EMAIL": "postguard"}, "invalid RESEND_FROM_EMAIL: from address"},
+		{"SMTPURLScheme", map[string]string{"SMTP_URL": "http://relay.example.com"}, "invalid SMTP_URL: the scheme must be smtps://"},
+		{"SMTPURLPort", map[string]string{"SMTP_URL": "smtps://relay.example.com:0"}, "invalid SMTP_URL: the port must be"},
+		{"SMTPURLInsecurePassword", map[string]string{"SMTP_URL": "smtp+insecure://u:p@relay.example.com"}, "invalid SMTP_URL: smtp+insecure:// would send the password in clear"},
+		{"SMTPURLUnusedStillChecked", map[string]string{"MAILER": "log", "SMTP_URL": "smtp://relay.example.com/x"}, "invalid SMTP_URL: only scheme://"},
+		{"SMTPMaxRPS", map[string]string{"SMTP_MAX_RPS": "-1"}, "invalid SMTP_MAX_RPS: must be 0 (unpaced)"},
+		{"SMTPMaxRPSTooHigh", map[string]string{"SMTP_MAX_RPS": "1e9"}, "SMTP_MAX_RPS"},
 		{"ResendWithoutFrom", map[string]string{"MAILER": "resend", "RESEND_API_KEY": "re_1"}, "RESEND_FROM_EMAIL"},
 		{"ResendBaseURL", map[string]string{"RESEND_API_KEY": "re_1", "RESEND_FROM_EMAIL": "a@b.c", "RESEND_BASE_URL": "::"}, "RESEND_BASE_URL"},
 		{"AppURL", map[string]string{"APP_URL": "localhost:8080"}, "APP_URL"},
@@ -229,6 +327,12 @@ func TestLoadConfig(t *testing.T) {
 		{"AppNameLong", map[string]string{"APP_NAME": strings.Repeat("a", 101)}, "APP_NAME"},
 		{"DefaultLocale", map[string]string{"DEFAULT_LOCALE": "english!"}, "DEFAULT_LOCALE"},
 		{"MailTemplatesDirMissing", map[string]string{"MAIL_TEMPLATES_DIR": "/nonexistent/postguard-mail"}, "MAIL_TEMPLATES_DIR"},
+		{"LoginURLRelative", map[string]string{"APP_LOGIN_URL": "/login"}, `invalid APP_LOGIN_URL: "/login" is not an absolute http(s) URL`},
+		{"LoginURLScript", map[string]string{"APP_LOGIN_URL": "javascript:alert(1)"}, "invalid APP_LOGIN_URL"},
+		{"BrandColorName", map[string]string{"APP_BRAND_COLOR": "teal"}, `invalid APP_BRAND_COLOR: "teal" is not a colour of the form #rrggbb`},
+		{"BrandColorTooLight", map[string]string{"APP_BRAND_COLOR": "#fde047"}, "invalid APP_BRAND_COLOR: #fde047 gives links a contrast of 1.31:1 on white, under the 4.5:1 that WCAG AA asks of text; a darker shade such as #867625 reaches it"},
+		{"LogoURLRelative", map[string]string{"APP_LOGO_URL": "logo.png"}, "invalid APP_LOGO_URL"},
+		{"LogoURLData", map[string]string{"APP_LOGO_URL": "data:image/png;base64,AAAA"}, "invalid APP_LOGO_URL"},
 	} {
 		t.Run("Invalid"+tt.name, func(t *testing.T) {
 			t.Parallel()
@@ -238,6 +342,56 @@ func TestLoadConfig(t *testing.T) {
 			require.Contains(t, err.Error(), tt.want)
 		})
 	}
+
+	// Each secret grants its own power; one value for two would hand a holder of the weaker the
+	// stronger (River UI's password travels with every request of a browser, in basic auth).
+	t.Run("SecretsDiffer", func(t *testing.T) {
+		t.Parallel()
+
+		a, b := strings.Repeat("a", 32), strings.Repeat("b", 32)
+		for _, tt := range []struct {
+			env  map[string]string
+			want []string
+		}{
+			{map[string]string{"ADMIN_TOKEN": a, "LIMITS_API_TOKEN": a}, []string{"invalid LIMITS_API_TOKEN: must differ from ADMIN_TOKEN"}},
+			{map[string]string{"ADMIN_TOKEN": a, "RIVERUI_USERNAME": "ops", "RIVERUI_PASSWORD": a}, []string{"invalid RIVERUI_PASSWORD: must differ from ADMIN_TOKEN"}},
+			{map[string]string{"LIMITS_API_TOKEN": a, "RIVERUI_USERNAME": "ops", "RIVERUI_PASSWORD": a}, []string{"invalid RIVERUI_PASSWORD: must differ from LIMITS_API_TOKEN"}},
+			{map[string]string{"APP_SECRET": a, "ADMIN_TOKEN": a}, []string{"invalid ADMIN_TOKEN: must differ from APP_SECRET"}},
+			{map[string]string{"ADMIN_TOKEN": a, "LIMITS_API_TOKEN": a, "RIVERUI_USERNAME": "ops", "RIVERUI_PASSWORD": a}, []string{
+				"invalid LIMITS_API_TOKEN: must differ from ADMIN_TOKEN",
+				"invalid RIVERUI_PASSWORD: must differ from ADMIN_TOKEN",
+				"invalid RIVERUI_PASSWORD: must differ from LIMITS_API_TOKEN",
+			}},
+		} {
+			_, err := loadConfig(envFunc(tt.env))
+			require.Error(t, err, tt.env)
+			for _, want := range tt.want {
+				require.ErrorContains(t, err, want)
+			}
+			require.NotContains(t, err.Error(), a, "the message names the variables, never their value")
+		}
+
+		cfg, err := loadConfig(envFunc(map[string]string{"APP_SECRET": strings.Repeat("s", 32), "ADMIN_TOKEN": a, "LIMITS_API_TOKEN": b, "RIVERUI_USERNAME": a, "RIVERUI_PASSWORD": "another long password"}))
+		require.NoError(t, err)
+		require.Equal(t, a, cfg.AdminToken)
+	})
+
+	t.Run("SMTPURLErrorNeverQuotesThePassword", func(t *testing.T) {
+		t.Parallel()
+
+		for _, raw := range []string{
+			"smtp://user:Sup3r-Secret@relay.example.com:port",
+			"smtp://user:Sup3r-Secret@relay.example.com:70000",
+			"smtp://user:Sup3r-Secret%zz@relay.example.com",
+			"ftp://user:Sup3r-Secret@relay.example.com",
+			"smtp://user:Sup3r-Secret@relay.example.com/path",
+			"smtp+insecure://user:Sup3r-Secret@relay.example.com",
+		} {
+			_, err := loadConfig(envFunc(map[string]string{"SMTP_URL": raw, "MAIL_FROM": "a@example.com"}))
+			require.ErrorContains(t, err, "SMTP_URL", raw)
+			require.NotContains(t, err.Error(), "Sup3r-Secret", raw)
+		}
+	})
 
 	t.Run("ReportsEveryError", func(t *testing.T) {
 		t.Parallel()

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"flag"
-	"fmt"
 	"image/png"
 	"io"
 	"net/http"
@@ -34,9 +33,6 @@ const devMailScreenshot = "../../docs/dev-mail.png"
 func TestServe_DevMailBrowser(t *testing.T) {
 	t.Parallel()
 
-	chromium := opsChromium(t)
-	userDataDir := t.TempDir() // before the browser's Cleanup, so removed after the browser exits
-
 	server := startServer(t, service.RoleServe, map[string]string{
 		"DATABASE_URL":            "sqlite://" + filepath.Join(t.TempDir(), "postguard.db"),
 		"MAILER":                  "log",
@@ -59,43 +55,7 @@ func TestServe_DevMailBrowser(t *testing.T) {
 		return strings.Count(server.Logs.String(), "email kept by the log mailer") == 2
 	}, 30*time.Second, 50*time.Millisecond, "mail not kept; logs:\n%s", server.Logs.String())
 
-	// Every wait of the test is bounded: by this deadline overall, and by a shorter one per step.
-	testCtx, cancelTest := context.WithTimeout(context.Background(), 2*time.Minute)
-	t.Cleanup(cancelTest)
-
-	browserLog := &syncBuffer{}
-	logf := func(format string, args ...any) { fmt.Fprintf(browserLog, format+"\n", args...) }
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(testCtx,
-		chromedp.ExecPath(chromium),
-		chromedp.Headless,
-		chromedp.NoSandbox, // root in a container has no user namespace sandbox
-		chromedp.DisableGPU,
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.Flag("disable-dev-shm-usage", true), // small /dev/shm in containers
-		chromedp.Flag("hide-scrollbars", true),
-		chromedp.NoFirstRun,
-		chromedp.NoDefaultBrowserCheck,
-		chromedp.UserDataDir(userDataDir),
-		chromedp.WindowSize(1100, 900),
-		chromedp.CombinedOutput(browserLog),
-	)
-	t.Cleanup(cancelAlloc) // waits for the browser process to exit
-	ctx, cancelBrowser := chromedp.NewContext(allocCtx, chromedp.WithLogf(logf), chromedp.WithErrorf(logf))
-	t.Cleanup(cancelBrowser)
-
-	defer func() {
-		if !t.Failed() {
-			return
-		}
-		opsBrowserFailure(t, ctx, browserLog, server)
-	}()
-
-	// The first call starts the browser; it must not carry a deadline of its own (chromedp ends the
-	// browser with it), testCtx bounds it.
-	_, err = chromedp.Run(ctx, chromedp.Location())
-	require.NoError(t, err, "error starting chromium")
+	ctx := startBrowser(t, server, &browserOpts{width: 1100, height: 900})
 
 	// The list shows both mails; a person clicks the welcome.
 	stepCtx, cancel := context.WithTimeout(ctx, 30*time.Second)

@@ -153,9 +153,9 @@ func TestServe_PostgresUnreachable(t *testing.T) {
 	)
 
 	schemaURL := dbtest.PostgresURL(t)
-	proxy := newPGProxy(t, postgresTarget(t))
+	proxy := dbtest.NewProxy(t, dbtest.PostgresTarget(t))
 	env := map[string]string{
-		"DATABASE_URL":              proxiedURL(t, schemaURL, proxy.Addr()),
+		"DATABASE_URL":              proxy.URL(t, schemaURL),
 		"APP_SECRET":                faultSecret,
 		"LOG_FORMAT":                "json",
 		"RATE_LIMIT_REGISTER_IP":    "1000000/1h",
@@ -210,15 +210,15 @@ func TestServe_PostgresUnreachable(t *testing.T) {
 	// Healthy first.
 	waitAnswers(waitReady(http.StatusOK), http.StatusCreated)
 
-	for _, mode := range []proxyMode{proxyBlackhole, proxyRefuse} {
-		proxy.cut(mode)
+	for _, mode := range []dbtest.ProxyMode{dbtest.ProxyBlackhole, dbtest.ProxyRefuse} {
+		proxy.Cut(mode)
 		cutAt := time.Now()
 		waitReady(http.StatusServiceUnavailable)
 		require.Equal(t, http.StatusOK, getStatus(server.URL+"/healthz"), "liveness does not depend on the database")
 		// Requests that began after the cut ran into it, and ended (at the deadline, blackholed).
 		cuts = append(cuts, window{cutAt, waitAnswers(cutAt, 0)})
 
-		proxy.restore()
+		proxy.Restore()
 		// The same process serves again.
 		waitAnswers(waitReady(http.StatusOK), http.StatusCreated)
 	}

@@ -1,11 +1,15 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +18,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/postguard/postguard/api"
+	"github.com/postguard/postguard/cmd/internal/service"
+	"github.com/postguard/postguard/internal/bursttest"
 	"github.com/postguard/postguard/internal/dbtest"
 )
 
@@ -143,4 +150,158 @@ func TestAPI_LimitsNotServedWithoutToken(t *testing.T) {
 	a := call(t, api.URL, http.MethodPost, "/v1/limits/login", `{"key":"k","ip":"192.0.2.1"}`)
 	require.Equal(t, http.StatusNotFound, a.status)
 	require.Equal(t, "application/problem+json", a.contentType)
+}
+
+// limitsClient calls the limits API of postguard processes as a host app would.
+type limitsClient struct {
+	t      *testing.T
+	client *http.Client
+}
+
+// do sends body (marshalled to JSON) to path of baseURL and returns the status and the body.
+func (c *limitsClient) do(baseURL, method, path string, body any) (int, []byte, error) {
+	data, err := json.Marshal(body)
+	if err != nil {
+		return 0, nil, err
+	}
+	req, err := http.NewRequestWithContext(c.t.Context(), method, baseURL+path, bytes.NewReader(data))
+	if err != nil {
+		return 0, nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+limitsTestToken)
+	resp, err := c.client.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	answer, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, answer, err
+}
+
+// login is README's login over the limits API of baseURL: spend first (a 429 checks nothing),
+// check the password through check, and on the right one clear the account, refund the IP and
+// issue a device. It returns the login's status and, on a success, the new device.
+func (c *limitsClient) login(baseURL, ip, key, password, right, device string, check func(string)) (int, string, error) {
+	status, _, err := c.do(baseURL, http.MethodPost, "/v1/limits/login", map[string]string{"ip": ip, "key": key, "device": device})
+	if err != nil || status != http.StatusOK {
+		return status, "", err
+	}
+	if check != nil {
+		check(password)
+	}
+	if password != right {
+		return http.StatusUnauthorized, "", nil
+	}
+	if status, _, err := c.do(baseURL, http.MethodDelete, "/v1/limits/login", map[string]string{"key": key, "device": device}); err != nil || status != http.StatusNoContent {
+		return status, "", errors.Join(err, fmt.Errorf("clear answered %d", status))
+	}
+	if status, _, err := c.do(baseURL, http.MethodPost, "/v1/limits/login/refund", map[string]string{"ip": ip}); err != nil || status != http.StatusNoContent {
+		return status, "", errors.Join(err, fmt.Errorf("refund answered %d", status))
+	}
+	status, body, err := c.do(baseURL, http.MethodPost, "/v1/limits/login/devices", map[string]string{"key": key})
+	if err != nil || status != http.StatusCreated {
+		return status, "", errors.Join(err, fmt.Errorf("issuing a device answered %d", status))
+	}
+	var issued struct{ Device string }
+	if err := json.Unmarshal(body, &issued); err != nil {
+		return 0, "", err
+	}
+	return http.StatusOK, issued.Device, nil
+}
+
+// TestAPI_LoginAcrossProcesses: two `postguard api` processes of the built binary on one
+// PostgreSQL database, a login action of 5 per account, and README's login pattern run by a host
+// against both at once. A burst of 200 guesses at one account, spread over both processes, checks
+// at most 5 passwords and never finds the right one (at position 137); the owner's device, issued
+// by one process, logs in through the other while the account is locked, until one process
+// revokes it: then the other treats it as no device at once.
+func TestAPI_LoginAcrossProcesses(t *testing.T) {
+	t.Parallel()
+
+	window := windowAwayFromItsEdges(time.Now())
+	env := map[string]string{
+		"DATABASE_URL":         dbtest.PostgresURL(t),
+		"APP_SECRET":           faultSecret,
+		"LIMITS_API_TOKEN":     limitsTestToken,
+		"RATE_LIMIT_LOGIN_KEY": fmt.Sprintf("5/%s", window),
+		"RATE_LIMIT_LOGIN_IP":  fmt.Sprintf("1000/%s", window),
+		"MAILER":               "none",
+	}
+	processes := []*process{startProcess(t, "api", maps.Clone(env)), startProcess(t, "api", maps.Clone(env))}
+	host := &limitsClient{t: t, client: &http.Client{Timeout: time.Minute}}
+
+	t.Run("Burst", func(t *testing.T) {
+		checker := bursttest.NewChecker()
+		burst := bursttest.Burst{Attempts: 200, Right: 137, Limit: 5}
+		errs := make([]error, burst.Attempts)
+		result := checker.Run(t, burst, func(i int, password string) int {
+			status, _, err := host.login(processes[i%2].URL, fmt.Sprintf("203.0.%d.%d", i/250, i%250+1), "account-burst", password, bursttest.Password(burst.Right), "", checker.Check)
+			errs[i] = err
+			return status
+		})
+		for _, err := range errs {
+			require.NoError(t, err)
+		}
+		require.LessOrEqual(t, result.Checks, burst.Limit, "passwords checked")
+		require.False(t, result.Found, "the right password was found")
+		require.Equal(t, map[int]int{http.StatusUnauthorized: burst.Limit, http.StatusTooManyRequests: burst.Attempts - burst.Limit}, result.Counts())
+	})
+
+	t.Run("DevicesAcrossProcesses", func(t *testing.T) {
+		first, second := processes[0].URL, processes[1].URL
+		status, device, err := host.login(first, "198.51.100.7", "account-owner", "right", "right", "", nil)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, status)
+		for i := range 20 {
+			status, _, err := host.login(processes[i%2].URL, fmt.Sprintf("203.0.113.%d", i), "account-owner", "guess", "right", "", nil)
+			require.NoError(t, err)
+			require.Equal(t, i < 5, status == http.StatusUnauthorized, "guess %d answered %d", i, status)
+		}
+		status, _, err = host.login(second, "198.51.100.8", "account-owner", "right", "right", "", nil)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusTooManyRequests, status, "an untrusted client is refused")
+
+		// The device the first process issued stands on the second.
+		status, _, err = host.do(second, http.MethodPost, "/v1/limits/login?peek=true", map[string]string{"ip": "198.51.100.7", "key": "account-owner", "device": device})
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, status)
+
+		// Revoked by the second, refused by the first at once.
+		status, _, err = host.do(second, http.MethodDelete, "/v1/limits/login/devices", map[string]string{"key": "account-owner"})
+		require.NoError(t, err)
+		require.Equal(t, http.StatusNoContent, status)
+		status, _, err = host.login(first, "198.51.100.7", "account-owner", "right", "right", device, nil)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusTooManyRequests, status, "a revoked device is no device")
+	})
+
+	// The counters and revocations hold HMACs only.
+	conn, err := pgx.Connect(t.Context(), env["DATABASE_URL"])
+	require.NoError(t, err)
+	defer conn.Close(context.WithoutCancel(t.Context()))
+	var text string
+	require.NoError(t, conn.QueryRow(t.Context(), `
+		SELECT concat_ws('|', (SELECT string_agg(encode(key_hash, 'escape'), '|') FROM rate_limit_counters),
+		                      (SELECT string_agg(encode(key_hash, 'escape'), '|') FROM rate_limit_device_revocations))`).Scan(&text))
+	require.NotEmpty(t, text)
+	require.NotContains(t, text, "account-")
+	require.NotContains(t, text, "203.0.")
+}
+
+// TestServe_DeviceTokenTTL: DEVICE_TOKEN_TTL is the life the limiter gives trusted devices (a
+// device cookie's Max-Age).
+func TestServe_DeviceTokenTTL(t *testing.T) {
+	t.Parallel()
+
+	ttls := make(chan time.Duration, 1)
+	startServerCommand(t, &serverCommand{
+		role:          service.RoleServe,
+		apiConfigFunc: func(config *api.Config) { ttls <- config.Limiter.DeviceTokenTTL() },
+	}, map[string]string{
+		"DATABASE_URL":     "sqlite://" + filepath.Join(t.TempDir(), "postguard.db"),
+		"MAILER":           "none",
+		"DEVICE_TOKEN_TTL": "720h",
+	})
+	require.Equal(t, 720*time.Hour, <-ttls)
 }

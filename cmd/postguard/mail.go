@@ -17,12 +17,15 @@ import (
 const mailUsage = `Usage: postguard mail preview --out DIR
 
 Writes every mail kind in every locale that has templates, HTML and text, rendered with sample
-data, into DIR/<locale>/<kind>.html and .txt, and DIR/index.html listing them. It reads
-APP_NAME, APP_URL, MAIL_TEMPLATES_DIR and DEFAULT_LOCALE, checked as the server checks them,
-and needs no database.
+data, into DIR/<locale>/<kind>.html and .txt; every page of the service (the pages the mail's
+links open, their answers and errors) beside them, into DIR/<locale>/pages/<page>.html; and
+DIR/index.html listing them. It reads APP_NAME, APP_URL, APP_LOGIN_URL, APP_BRAND_COLOR,
+APP_LOGO_URL, MAIL_TEMPLATES_DIR and DEFAULT_LOCALE, checked as the server checks them, and
+needs no database.
 `
 
-// mailPreviewCommand writes every kind × locale of the mail, rendered with sample data.
+// mailPreviewCommand writes every kind × locale of the mail, and every page × locale, rendered
+// with sample data.
 type mailPreviewCommand struct {
 	out string
 }
@@ -64,11 +67,16 @@ type previewEntry struct {
 	Locale, Kind, Subject, HTML, Text string
 }
 
+// previewPage is one page of the preview's index.
+type previewPage struct {
+	Locale, Page, Title, HTML string
+}
+
 var previewIndex = template.Must(template.New("index").Parse(`<!doctype html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
-<title>{{.AppName}} mail preview</title>
+<title>{{.AppName}} mail and pages preview</title>
 <style>
 body { font-family: system-ui, sans-serif; margin: 2rem; color: #1f2328; }
 table { border-collapse: collapse; }
@@ -76,12 +84,20 @@ th, td { text-align: left; padding: .4rem .8rem; border-bottom: 1px solid #d0d7d
 </style>
 </head>
 <body>
-<h1>{{.AppName}} mail preview</h1>
-<p>Every mail kind in every locale that has templates, rendered with sample data.</p>
+<h1>{{.AppName}} mail and pages preview</h1>
+<p>Every mail kind and every page in every locale that has templates, rendered with sample data.</p>
+<h2>Mail</h2>
 <table>
 <tr><th>locale</th><th>kind</th><th>subject</th><th>parts</th></tr>
 {{- range .Entries}}
 <tr><td>{{.Locale}}</td><td>{{.Kind}}</td><td>{{.Subject}}</td><td><a href="{{.HTML}}">HTML</a> · <a href="{{.Text}}">text</a></td></tr>
+{{- end}}
+</table>
+<h2>Pages</h2>
+<table>
+<tr><th>locale</th><th>page</th><th>title</th></tr>
+{{- range .Pages}}
+<tr><td>{{.Locale}}</td><td>{{.Page}}</td><td><a href="{{.HTML}}">{{.Title}}</a></td></tr>
 {{- end}}
 </table>
 </body>
@@ -99,6 +115,7 @@ func (c *mailPreviewCommand) Run(_ context.Context, env *commandEnv) error {
 	}
 
 	var entries []previewEntry
+	var pages []previewPage
 	write := func(name, content string) error {
 		path := filepath.Join(c.out, name)
 		if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
@@ -131,10 +148,21 @@ func (c *mailPreviewCommand) Run(_ context.Context, env *commandEnv) error {
 			}
 			entries = append(entries, entry)
 		}
+		for _, page := range mail.Pages() {
+			rendered, err := renderer.RenderPageSample(page, locale)
+			if err != nil {
+				return err
+			}
+			entry := previewPage{Locale: locale, Page: string(page), Title: rendered.Title, HTML: locale + "/pages/" + string(page) + ".html"}
+			if err := write(entry.HTML, rendered.HTML); err != nil {
+				return err
+			}
+			pages = append(pages, entry)
+		}
 	}
 
 	var index bytes.Buffer
-	if err := previewIndex.Execute(&index, map[string]any{"AppName": renderer.AppName(), "Entries": entries}); err != nil {
+	if err := previewIndex.Execute(&index, map[string]any{"AppName": renderer.AppName(), "Entries": entries, "Pages": pages}); err != nil {
 		return fmt.Errorf("error rendering the preview's index: %w", err)
 	}
 	return write("index.html", index.String())

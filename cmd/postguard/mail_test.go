@@ -12,11 +12,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postguard/postguard/cmd/internal/service"
+	"github.com/postguard/postguard/jobs/mail"
 	"github.com/postguard/postguard/jobs/mail/resendfake"
 )
 
 // frenchMailTemplates is the MAIL_TEMPLATES_DIR of README's worked example, examples/mail: one
-// French mail, the welcome (text and HTML); the rest falls back to the built-in English.
+// French mail, the welcome (text and HTML), and French pages; the rest falls back to the
+// built-in English.
 const frenchMailTemplates = "../../examples/mail"
 
 // writeMailTemplates writes files (name → text) into a new directory and returns it.
@@ -55,6 +57,25 @@ func TestServe_MailTemplatesStopStart(t *testing.T) {
 {{define "footer"}}{{.AppName}}{{end}}`},
 			file: "verification.fr.txt",
 			want: "verification.fr.txt:2:30: unknown field .Prenom",
+		},
+		{
+			name: "PageUnknownField",
+			files: map[string]string{"page_reset_password.fr.html": `{{define "title"}}Nouveau mot de passe{{end}}
+{{define "content"}}<input name="password" aria-invalid="{{.Errors.Mot}}">{{end}}`},
+			file: "page_reset_password.fr.html",
+			want: "page_reset_password.fr.html:2:66: unknown field .Mot",
+		},
+		{
+			name:  "PageWithoutTitle",
+			files: map[string]string{"page_email_verified.html": `{{define "content"}}Done.{{end}}`},
+			file:  "page_email_verified.html",
+			want:  `"title" is undefined`,
+		},
+		{
+			name:  "UnknownPage",
+			files: map[string]string{"page_verified.html": `{{define "title"}}Done{{end}}`},
+			file:  "page_verified.html",
+			want:  `"page_verified" is not a template`,
 		},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -190,9 +211,20 @@ func TestMailPreview_Run(t *testing.T) {
 		require.Contains(t, read("en/welcome.txt"), "Welcome to Acme! Your account is ready.")
 		require.Contains(t, read("fr/verification.txt"), "Please confirm", "no French verification: the built-in one")
 		require.Contains(t, read("en/password_reset.txt"), "https://acme.example/v1/auth/reset-password?token=")
+		// The pages beside the mail, each in both locales.
+		for _, locale := range []string{"en", "fr"} {
+			for _, page := range mail.Pages() {
+				html := read(locale + "/pages/" + string(page) + ".html")
+				require.Contains(t, html, `<html lang="`+locale+`">`, page)
+				require.Contains(t, html, " · Acme</title>", page)
+			}
+		}
+		require.Contains(t, read("fr/pages/reset_password.html"), "Choisissez un nouveau mot de passe")
+		require.Contains(t, read("en/pages/reset_password.html"), "Choose a new password")
 		index := read("index.html")
 		require.Contains(t, index, "<td>fr</td><td>welcome</td><td>Bienvenue sur Acme</td>")
 		require.Contains(t, index, `<a href="en/password_reset.html">HTML</a>`)
+		require.Contains(t, index, `<td>fr</td><td>forgot_password</td><td><a href="fr/pages/forgot_password.html">Réinitialiser votre mot de passe</a></td>`)
 	})
 
 	t.Run("SameChecksAsServer", func(t *testing.T) {
@@ -203,6 +235,12 @@ func TestMailPreview_Run(t *testing.T) {
 		require.ErrorContains(t, err, "invalid APP_NAME")
 		_, err = runCommand(t, []string{"mail", "preview", "--out", t.TempDir()}, map[string]string{"MAIL_TEMPLATES_DIR": dir})
 		require.ErrorContains(t, err, filepath.Join(dir, "welcome.txt")+":1:22: unknown field .Bogus")
+		_, err = runCommand(t, []string{"mail", "preview", "--out", t.TempDir()}, map[string]string{"APP_BRAND_COLOR": "#ffff00"})
+		require.ErrorContains(t, err, "invalid APP_BRAND_COLOR")
+
+		pages := writeMailTemplates(t, map[string]string{"page_error.fr.html": "{{define \"title\"}}Erreur{{end}}\n{{define \"content\"}}{{.ActionURL}}{{end}}"})
+		_, err = runCommand(t, []string{"mail", "preview", "--out", t.TempDir()}, map[string]string{"MAIL_TEMPLATES_DIR": pages})
+		require.ErrorContains(t, err, filepath.Join(pages, "page_error.fr.html")+":2:22: unknown field .ActionURL")
 	})
 
 	t.Run("Usage", func(t *testing.T) {
@@ -240,6 +278,7 @@ func TestServe_DevMailOnlyWithLogMailer(t *testing.T) {
 		t.Parallel()
 		server := startServer(t, service.RoleServe, sqliteEnv(t, map[string]string{"MAILER": "log"}))
 		require.Equal(t, http.StatusOK, get(t, server.URL+"/dev/mail"))
+		require.Equal(t, http.StatusOK, get(t, server.URL+"/"), "the start page, where /dev/mail is")
 		require.NoError(t, server.stop(t))
 	})
 
@@ -247,6 +286,7 @@ func TestServe_DevMailOnlyWithLogMailer(t *testing.T) {
 		t.Parallel()
 		server := startServer(t, service.RoleServe, sqliteEnv(t, map[string]string{"MAILER": "none"}))
 		require.Equal(t, http.StatusNotFound, get(t, server.URL+"/dev/mail"))
+		require.Equal(t, http.StatusNotFound, get(t, server.URL+"/"))
 		require.NoError(t, server.stop(t))
 	})
 
@@ -262,6 +302,7 @@ func TestServe_DevMailOnlyWithLogMailer(t *testing.T) {
 		t.Parallel()
 		server := startServer(t, service.RoleServe, sqliteEnv(t, map[string]string{"MAILER": "log", "APP_URL": "https://auth.example.com"}))
 		require.Equal(t, http.StatusNotFound, get(t, server.URL+"/dev/mail"))
+		require.Equal(t, http.StatusNotFound, get(t, server.URL+"/"))
 		require.Contains(t, server.Logs.String(), "/dev/mail is not served: APP_URL is not a loopback address")
 
 		status, body := opsRegister(t, server.URL, "ada@example.com")

@@ -44,6 +44,8 @@ Commands:
   migrate   apply River's migrations and then the app's (idempotent)
   mail preview --out DIR
             write every mail kind × locale, HTML and text, rendered with sample data
+  secret reset --yes
+            record this secret as the database's, in place of the one it was made with
   version   print the version
 
 Configuration is read from the environment; see README.md.
@@ -52,7 +54,7 @@ Configuration is read from the environment; see README.md.
 // run is main without the process: it takes the command line, the environment (os.Environ's
 // "KEY=value" form) and the output streams, so tests can call it.
 func run(ctx context.Context, args []string, environ []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || (len(args) > 1 && args[0] != "mail") {
+	if len(args) == 0 || (len(args) > 1 && args[0] != "mail" && args[0] != "secret") {
 		fmt.Fprint(stderr, usage)
 		return errUsage
 	}
@@ -65,6 +67,12 @@ func run(ctx context.Context, args []string, environ []string, stdout, stderr io
 			return err
 		}
 		cmd = preview
+	case "secret":
+		reset, err := parseSecretCommand(args[1:], stderr)
+		if err != nil {
+			return err
+		}
+		cmd = reset
 	case "serve":
 		cmd = &serverCommand{role: service.RoleServe}
 	case "api":

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -66,7 +67,21 @@ func (s *runningServer) stop(t *testing.T) error {
 func startServer(t *testing.T, r service.Role, env map[string]string) *runningServer {
 	t.Helper()
 
-	env["HTTP_ADDR"] = "127.0.0.1:0"
+	if _, ok := env["HTTP_ADDR"]; !ok {
+		env["HTTP_ADDR"] = "127.0.0.1:0"
+	}
+	s, err := tryStartServer(t, r, env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// tryStartServer starts the server command of role r on env (HTTP_ADDR as env says) and waits
+// until it serves; an error when it exits first, or does not serve within 60 s.
+func tryStartServer(t *testing.T, r service.Role, env map[string]string) (*runningServer, error) {
+	t.Helper()
+
 	if _, ok := env["METRICS_ADDR"]; !ok {
 		env["METRICS_ADDR"] = "127.0.0.1:0" // never the default port, which tests running at once would share
 	}
@@ -91,13 +106,12 @@ func startServer(t *testing.T, r service.Role, env map[string]string) *runningSe
 	select {
 	case addr := <-ready:
 		s.URL = "http://" + addr.String()
-		return s
+		return s, nil
 	case <-s.exited:
-		t.Fatalf("server exited before serving: %v\nlogs:\n%s", s.err, logs.String())
+		return nil, fmt.Errorf("server exited before serving: %w\nlogs:\n%s", s.err, logs.String())
 	case <-time.After(60 * time.Second):
-		t.Fatalf("server did not start within 60s\nlogs:\n%s", logs.String())
+		return nil, fmt.Errorf("server did not start within 60s\nlogs:\n%s", logs.String())
 	}
-	return nil
 }
 
 func runCommand(t *testing.T, args []string, env map[string]string) (string, error) {

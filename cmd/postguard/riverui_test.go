@@ -389,9 +389,6 @@ func opsChromium(t *testing.T) string {
 func TestServe_RiverUIBrowser(t *testing.T) {
 	t.Parallel()
 
-	chromium := opsChromium(t)
-	userDataDir := t.TempDir() // before the browser's Cleanup, so removed after the browser exits
-
 	env := opsWithRiverUI(map[string]string{
 		"DATABASE_URL": "sqlite://" + filepath.Join(t.TempDir(), "postguard.db"),
 		"MAILER":       "none", // email jobs stay `available`
@@ -400,42 +397,9 @@ func TestServe_RiverUIBrowser(t *testing.T) {
 	status, body := opsRegister(t, server.URL, "katherine.johnson@example.com")
 	require.Equal(t, http.StatusCreated, status, body)
 
-	// Every wait of the test is bounded: by this deadline overall, and by a shorter one per step.
-	testCtx, cancelTest := context.WithTimeout(context.Background(), 2*time.Minute)
-	t.Cleanup(cancelTest)
-
-	browserLog := &syncBuffer{}
-	logf := func(format string, args ...any) { fmt.Fprintf(browserLog, format+"\n", args...) }
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(testCtx,
-		chromedp.ExecPath(chromium),
-		chromedp.Headless,
-		chromedp.NoSandbox, // root in a container has no user namespace sandbox
-		chromedp.DisableGPU,
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.Flag("disable-dev-shm-usage", true), // small /dev/shm in containers
-		chromedp.NoFirstRun,
-		chromedp.NoDefaultBrowserCheck,
-		chromedp.UserDataDir(userDataDir),
-		chromedp.WindowSize(1280, 900),
-		chromedp.CombinedOutput(browserLog),
-	)
-	t.Cleanup(cancelAlloc) // waits for the browser process to exit
-	ctx, cancelBrowser := chromedp.NewContext(allocCtx, chromedp.WithLogf(logf), chromedp.WithErrorf(logf))
-	t.Cleanup(cancelBrowser)
-
-	defer func() {
-		if !t.Failed() {
-			return
-		}
-		opsBrowserFailure(t, ctx, browserLog, server)
-	}()
-
-	// The first call starts the browser; it must not carry a deadline of its own (chromedp ends the
-	// browser with it), testCtx bounds it.
+	ctx := startBrowser(t, server, &browserOpts{width: 1280, height: 900})
 	_, err := chromedp.Call(ctx, network.Enable, network.EnableParams{})
-	require.NoError(t, err, "error starting chromium")
+	require.NoError(t, err)
 
 	// Without credentials the browser gets the challenge, not the UI: headless Chromium, with no
 	// one to answer the prompt, fails the load (older versions showed the 401 page).

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -80,6 +81,9 @@ func (c *serverCommand) Run(ctx context.Context, env *commandEnv) error {
 	}
 	if c.role.Works() && cfg.Renderer != nil {
 		started = append(started, slog.String("app_name", cfg.AppName), slog.Any("mail_locales", cfg.Renderer.Locales()))
+	}
+	if c.role.Works() && cfg.SMTPURL != nil && slices.Contains(cfg.Mailers, service.MailerSMTP) {
+		started = append(started, slog.String("smtp_url", cfg.SMTPURL.Redacted())) // never the password
 	}
 	if metricsServer != nil {
 		go func() { serveErr <- metricsServer.Serve(metricsListener) }()

@@ -94,6 +94,7 @@ func NewEngine(ctx context.Context, databaseURL string, config *Config) (*Engine
 	}
 	poolConfig.AfterConnect = scanTimesInUTC
 	poolConfig.PrepareConn = checkConn
+	poolConfig.ShouldPing = shouldPing
 
 	pool, err := pgxpool.NewWithConfig(ctx, poolConfig)
 	if err != nil {
@@ -153,6 +154,9 @@ func newRateLimitPool(ctx context.Context, poolConfig *pgxpool.Config, config *C
 	if rateLimitPoolConfig.PrepareConn == nil {
 		rateLimitPoolConfig.PrepareConn = checkConn
 	}
+	if rateLimitPoolConfig.ShouldPing == nil {
+		rateLimitPoolConfig.ShouldPing = shouldPing
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, rateLimitPoolConfig)
 	if err != nil {
 		return nil, fmt.Errorf("error creating rate limit pool: %w", err)
@@ -204,9 +208,13 @@ func (e *Engine) Counters() db.Counters { return &counters{pool: e.rateLimitPool
 // InterpretError implements db.Engine.
 func (e *Engine) InterpretError(err error) error { return interpretError(err) }
 
-// MayRetry implements db.Engine with the retry rule of retry.go.
-func (e *Engine) MayRetry(ctx context.Context, err error, lossIsSafe bool) bool {
-	return mayRetry(ctx, err, lossIsSafe)
+// MayRetry implements db.Engine with the retry rule of retry.go: the retry's context makes the
+// pools verify the connection it runs on.
+func (e *Engine) MayRetry(ctx context.Context, err error, lossIsSafe bool) (context.Context, bool) {
+	if !mayRetry(ctx, err, lossIsSafe) {
+		return ctx, false
+	}
+	return retryContext(ctx), true
 }
 
 // GooseDB implements db.Engine: a *sql.DB on the main pool (closing it leaves the pool open).
@@ -253,7 +261,7 @@ func (e *Engine) LockMigrations(ctx context.Context) (func(), error) {
 // default_transaction_read_only) fails it, as does one that cannot commit in time (a synchronous
 // standby gone).
 func (e *Engine) Ready(ctx context.Context) error {
-	_, err := retryOnce(ctx, true, func() (struct{}, error) {
+	_, err := retryOnce(ctx, true, func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, dbsqlc.New().ReadinessHeartbeatUpsert(ctx, e.pool)
 	})
 	if err != nil {

@@ -1,7 +1,6 @@
 package postgres
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -32,16 +31,16 @@ type queries struct {
 }
 
 // run runs op under the retry rule when q is on the pool.
-func run[T any](ctx context.Context, q *queries, lossIsSafe bool, op func() (T, error)) (T, error) {
+func run[T any](ctx context.Context, q *queries, lossIsSafe bool, op func(ctx context.Context) (T, error)) (T, error) {
 	if !q.retry {
-		return op()
+		return op(ctx)
 	}
 	return retryOnce(ctx, lossIsSafe, op)
 }
 
 // EmailMessageDeleteBefore implements db.Queries.
 func (q *queries) EmailMessageDeleteBefore(ctx context.Context, before time.Time, limit int) (int64, error) {
-	n, err := run(ctx, q, false, func() (int64, error) {
+	n, err := run(ctx, q, false, func(ctx context.Context) (int64, error) {
 		return sqlc.EmailMessageDeleteBefore(ctx, q.dbtx, dbsqlc.EmailMessageDeleteBeforeParams{Before: before, Max: int64(limit)})
 	})
 	return n, wrap("deleting old email messages", err)
@@ -49,7 +48,7 @@ func (q *queries) EmailMessageDeleteBefore(ctx context.Context, before time.Time
 
 // EmailMessageGetByJob implements db.Queries.
 func (q *queries) EmailMessageGetByJob(ctx context.Context, jobID int64) (*db.EmailMessage, error) {
-	message, err := run(ctx, q, true, func() (*dbsqlc.EmailMessage, error) {
+	message, err := run(ctx, q, true, func(ctx context.Context) (*dbsqlc.EmailMessage, error) {
 		return sqlc.EmailMessageGetByJob(ctx, q.dbtx, jobID)
 	})
 	return (*db.EmailMessage)(message), wrap("getting email message", err)
@@ -57,7 +56,7 @@ func (q *queries) EmailMessageGetByJob(ctx context.Context, jobID int64) (*db.Em
 
 // EmailMessageInsert implements db.Queries.
 func (q *queries) EmailMessageInsert(ctx context.Context, params *db.EmailMessageInsertParams) (*db.EmailMessage, error) {
-	message, err := run(ctx, q, false, func() (*dbsqlc.EmailMessage, error) {
+	message, err := run(ctx, q, false, func(ctx context.Context) (*dbsqlc.EmailMessage, error) {
 		return sqlc.EmailMessageInsert(ctx, q.dbtx, dbsqlc.EmailMessageInsertParams(*params))
 	})
 	if errors.Is(err, pgx.ErrNoRows) { // ON CONFLICT DO NOTHING
@@ -67,16 +66,47 @@ func (q *queries) EmailMessageInsert(ctx context.Context, params *db.EmailMessag
 }
 
 // EmailMessageMarkAccepted implements db.Queries.
-func (q *queries) EmailMessageMarkAccepted(ctx context.Context, jobID int64, providerID string, now time.Time) error {
-	n, err := run(ctx, q, true, func() (int64, error) {
-		return sqlc.EmailMessageMarkAccepted(ctx, q.dbtx, dbsqlc.EmailMessageMarkAcceptedParams{ProviderID: providerID, Now: now, JobID: jobID})
+func (q *queries) EmailMessageMarkAccepted(ctx context.Context, params *db.EmailMessageMarkAcceptedParams) error {
+	n, err := run(ctx, q, true, func(ctx context.Context) (int64, error) {
+		return sqlc.EmailMessageMarkAccepted(ctx, q.dbtx, dbsqlc.EmailMessageMarkAcceptedParams{
+			Provider:   params.Provider,
+			ProviderID: params.ProviderID,
+			Now:        params.Now,
+			JobID:      params.JobID,
+		})
 	})
 	return updated("marking email message accepted", n, err)
 }
 
+// EmailMessageSetProviderInDoubt implements db.Queries. It writes a given value, so it may run
+// again.
+func (q *queries) EmailMessageSetProviderInDoubt(ctx context.Context, params *db.EmailMessageSetProviderInDoubtParams) error {
+	n, err := run(ctx, q, true, func(ctx context.Context) (int64, error) {
+		return sqlc.EmailMessageSetProviderInDoubt(ctx, q.dbtx, dbsqlc.EmailMessageSetProviderInDoubtParams{
+			Provider: params.Provider,
+			Now:      params.Now,
+			JobID:    params.JobID,
+		})
+	})
+	return updated("recording the provider an email message is handed to", n, err)
+}
+
+// EmailMessageMarkBounced implements db.Queries. Running it twice leaves the row as once.
+func (q *queries) EmailMessageMarkBounced(ctx context.Context, params *db.EmailMessageMarkBouncedParams) error {
+	n, err := run(ctx, q, true, func(ctx context.Context) (int64, error) {
+		return sqlc.EmailMessageMarkBounced(ctx, q.dbtx, dbsqlc.EmailMessageMarkBouncedParams{
+			Now:           params.Now,
+			BounceType:    params.BounceType,
+			BounceSubType: params.BounceSubType,
+			JobID:         params.JobID,
+		})
+	})
+	return updated("marking email message bounced", n, err)
+}
+
 // EmailMessageRekey implements db.Queries.
 func (q *queries) EmailMessageRekey(ctx context.Context, params *db.EmailMessageRekeyParams) error {
-	n, err := run(ctx, q, true, func() (int64, error) {
+	n, err := run(ctx, q, true, func(ctx context.Context) (int64, error) {
 		return sqlc.EmailMessageRekey(ctx, q.dbtx, dbsqlc.EmailMessageRekeyParams{
 			IdempotencyKey: params.IdempotencyKey,
 			Now:            params.Now,
@@ -90,7 +120,7 @@ func (q *queries) EmailMessageRekey(ctx context.Context, params *db.EmailMessage
 
 // EmailMessageGetByProviderID implements db.Queries.
 func (q *queries) EmailMessageGetByProviderID(ctx context.Context, providerID string) (*db.EmailMessage, error) {
-	message, err := run(ctx, q, true, func() (*dbsqlc.EmailMessage, error) {
+	message, err := run(ctx, q, true, func(ctx context.Context) (*dbsqlc.EmailMessage, error) {
 		return sqlc.EmailMessageGetByProviderID(ctx, q.dbtx, providerID)
 	})
 	return (*db.EmailMessage)(message), wrap("getting email message by provider id", err)
@@ -98,7 +128,7 @@ func (q *queries) EmailMessageGetByProviderID(ctx context.Context, providerID st
 
 // EmailMessageListByUser implements db.Queries.
 func (q *queries) EmailMessageListByUser(ctx context.Context, userID int64, limit int) ([]*db.EmailMessage, error) {
-	rows, err := run(ctx, q, true, func() ([]*dbsqlc.EmailMessage, error) {
+	rows, err := run(ctx, q, true, func(ctx context.Context) ([]*dbsqlc.EmailMessage, error) {
 		return sqlc.EmailMessageListByUser(ctx, q.dbtx, dbsqlc.EmailMessageListByUserParams{UserID: userID, Max: int64(limit)})
 	})
 	if err != nil {
@@ -113,7 +143,7 @@ func (q *queries) EmailMessageListByUser(ctx context.Context, userID int64, limi
 
 // EmailMessageMarkSuppressed implements db.Queries. Running it twice leaves the row as once.
 func (q *queries) EmailMessageMarkSuppressed(ctx context.Context, params *db.EmailMessageMarkSuppressedParams) (bool, error) {
-	n, err := run(ctx, q, true, func() (int64, error) {
+	n, err := run(ctx, q, true, func(ctx context.Context) (int64, error) {
 		return sqlc.EmailMessageMarkSuppressed(ctx, q.dbtx, dbsqlc.EmailMessageMarkSuppressedParams(*params))
 	})
 	return n > 0, wrap("marking email message suppressed", err)
@@ -121,7 +151,7 @@ func (q *queries) EmailMessageMarkSuppressed(ctx context.Context, params *db.Ema
 
 // EmailMessageSetLifecycle implements db.Queries. It writes given values, so it may run again.
 func (q *queries) EmailMessageSetLifecycle(ctx context.Context, params *db.EmailMessageLifecycleParams) error {
-	n, err := run(ctx, q, true, func() (int64, error) {
+	n, err := run(ctx, q, true, func(ctx context.Context) (int64, error) {
 		return sqlc.EmailMessageSetLifecycle(ctx, q.dbtx, dbsqlc.EmailMessageSetLifecycleParams(*params))
 	})
 	return updated("setting email message lifecycle", n, err)
@@ -129,7 +159,7 @@ func (q *queries) EmailMessageSetLifecycle(ctx context.Context, params *db.Email
 
 // EmailSuppressionDelete implements db.Queries.
 func (q *queries) EmailSuppressionDelete(ctx context.Context, addressHash []byte) (bool, error) {
-	n, err := run(ctx, q, true, func() (int64, error) {
+	n, err := run(ctx, q, true, func(ctx context.Context) (int64, error) {
 		return sqlc.EmailSuppressionDelete(ctx, q.dbtx, addressHash)
 	})
 	return n > 0, wrap("deleting email suppression", err)
@@ -137,7 +167,7 @@ func (q *queries) EmailSuppressionDelete(ctx context.Context, addressHash []byte
 
 // EmailSuppressionGet implements db.Queries.
 func (q *queries) EmailSuppressionGet(ctx context.Context, addressHash []byte) (*db.EmailSuppression, error) {
-	suppression, err := run(ctx, q, true, func() (*dbsqlc.EmailSuppression, error) {
+	suppression, err := run(ctx, q, true, func(ctx context.Context) (*dbsqlc.EmailSuppression, error) {
 		return sqlc.EmailSuppressionGet(ctx, q.dbtx, addressHash)
 	})
 	return (*db.EmailSuppression)(suppression), wrap("getting email suppression", err)
@@ -146,7 +176,7 @@ func (q *queries) EmailSuppressionGet(ctx context.Context, addressHash []byte) (
 // EmailSuppressionInsert implements db.Queries. An address on the list already is left as it
 // is, so it may run again.
 func (q *queries) EmailSuppressionInsert(ctx context.Context, params *db.EmailSuppressionInsertParams) error {
-	_, err := run(ctx, q, true, func() (struct{}, error) {
+	_, err := run(ctx, q, true, func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, sqlc.EmailSuppressionInsert(ctx, q.dbtx, dbsqlc.EmailSuppressionInsertParams(*params))
 	})
 	return wrap("inserting email suppression", err)
@@ -154,7 +184,7 @@ func (q *queries) EmailSuppressionInsert(ctx context.Context, params *db.EmailSu
 
 // EmailSuppressionList implements db.Queries.
 func (q *queries) EmailSuppressionList(ctx context.Context, params *db.EmailSuppressionListParams) ([]*db.EmailSuppression, error) {
-	rows, err := run(ctx, q, true, func() ([]*dbsqlc.EmailSuppression, error) {
+	rows, err := run(ctx, q, true, func(ctx context.Context) ([]*dbsqlc.EmailSuppression, error) {
 		return sqlc.EmailSuppressionList(ctx, q.dbtx, dbsqlc.EmailSuppressionListParams{
 			BeforeAt:   params.BeforeAt,
 			BeforeHash: params.BeforeHash,
@@ -173,7 +203,7 @@ func (q *queries) EmailSuppressionList(ctx context.Context, params *db.EmailSupp
 
 // EmailTokenConsume implements db.Queries.
 func (q *queries) EmailTokenConsume(ctx context.Context, tokenHash []byte, purpose db.TokenPurpose, now time.Time) (int64, error) {
-	userID, err := run(ctx, q, false, func() (int64, error) {
+	userID, err := run(ctx, q, false, func(ctx context.Context) (int64, error) {
 		return sqlc.EmailTokenConsume(ctx, q.dbtx, dbsqlc.EmailTokenConsumeParams{Now: now, TokenHash: tokenHash, Purpose: purpose})
 	})
 	return userID, wrap("consuming email token", err)
@@ -181,7 +211,7 @@ func (q *queries) EmailTokenConsume(ctx context.Context, tokenHash []byte, purpo
 
 // EmailTokenDeleteByJob implements db.Queries.
 func (q *queries) EmailTokenDeleteByJob(ctx context.Context, jobID int64) error {
-	_, err := run(ctx, q, true, func() (int64, error) {
+	_, err := run(ctx, q, true, func(ctx context.Context) (int64, error) {
 		return sqlc.EmailTokenDeleteByJob(ctx, q.dbtx, jobID)
 	})
 	return wrap("deleting email token", err)
@@ -189,7 +219,7 @@ func (q *queries) EmailTokenDeleteByJob(ctx context.Context, jobID int64) error 
 
 // EmailTokenDeleteExpired implements db.Queries.
 func (q *queries) EmailTokenDeleteExpired(ctx context.Context, before time.Time, limit int) (int64, error) {
-	n, err := run(ctx, q, false, func() (int64, error) {
+	n, err := run(ctx, q, false, func(ctx context.Context) (int64, error) {
 		return sqlc.EmailTokenDeleteExpired(ctx, q.dbtx, dbsqlc.EmailTokenDeleteExpiredParams{Before: before, Max: int64(limit)})
 	})
 	return n, wrap("deleting expired email tokens", err)
@@ -197,7 +227,7 @@ func (q *queries) EmailTokenDeleteExpired(ctx context.Context, before time.Time,
 
 // EmailTokenEraseSealed implements db.Queries.
 func (q *queries) EmailTokenEraseSealed(ctx context.Context, jobID int64) error {
-	_, err := run(ctx, q, true, func() (int64, error) {
+	_, err := run(ctx, q, true, func(ctx context.Context) (int64, error) {
 		return sqlc.EmailTokenEraseSealed(ctx, q.dbtx, jobID)
 	})
 	return wrap("erasing sealed token", err)
@@ -205,7 +235,7 @@ func (q *queries) EmailTokenEraseSealed(ctx context.Context, jobID int64) error 
 
 // EmailTokenEraseSealedBefore implements db.Queries.
 func (q *queries) EmailTokenEraseSealedBefore(ctx context.Context, before time.Time, limit int) (int64, error) {
-	n, err := run(ctx, q, false, func() (int64, error) {
+	n, err := run(ctx, q, false, func(ctx context.Context) (int64, error) {
 		return sqlc.EmailTokenEraseSealedBefore(ctx, q.dbtx, dbsqlc.EmailTokenEraseSealedBeforeParams{Before: before, Max: int64(limit)})
 	})
 	return n, wrap("erasing old sealed tokens", err)
@@ -213,7 +243,7 @@ func (q *queries) EmailTokenEraseSealedBefore(ctx context.Context, before time.T
 
 // EmailTokenGetByJob implements db.Queries.
 func (q *queries) EmailTokenGetByJob(ctx context.Context, jobID int64) (*db.EmailToken, error) {
-	token, err := run(ctx, q, true, func() (*dbsqlc.EmailToken, error) {
+	token, err := run(ctx, q, true, func(ctx context.Context) (*dbsqlc.EmailToken, error) {
 		return sqlc.EmailTokenGetByJob(ctx, q.dbtx, jobID)
 	})
 	return (*db.EmailToken)(token), wrap("getting email token", err)
@@ -222,23 +252,26 @@ func (q *queries) EmailTokenGetByJob(ctx context.Context, jobID int64) (*db.Emai
 // EmailTokenInsert implements db.Queries.
 func (q *queries) EmailTokenInsert(ctx context.Context, params *db.EmailTokenInsertParams) error {
 	// Not idempotent (job_id is unique): it runs again only when nothing was sent.
-	_, err := run(ctx, q, false, func() (struct{}, error) {
+	_, err := run(ctx, q, false, func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, sqlc.EmailTokenInsert(ctx, q.dbtx, dbsqlc.EmailTokenInsertParams(*params))
 	})
 	return wrap("inserting email token", err)
 }
 
 // EmailTokenLookup implements db.Queries.
-func (q *queries) EmailTokenLookup(ctx context.Context, tokenHash []byte, purpose db.TokenPurpose, now time.Time) (int64, error) {
-	userID, err := run(ctx, q, true, func() (int64, error) {
+func (q *queries) EmailTokenLookup(ctx context.Context, tokenHash []byte, purpose db.TokenPurpose, now time.Time) (*db.TokenOwner, error) {
+	row, err := run(ctx, q, true, func(ctx context.Context) (*dbsqlc.EmailTokenLookupRow, error) {
 		return sqlc.EmailTokenLookup(ctx, q.dbtx, dbsqlc.EmailTokenLookupParams{TokenHash: tokenHash, Purpose: purpose, Now: now})
 	})
-	return userID, wrap("looking up email token", err)
+	if err != nil {
+		return nil, wrap("looking up email token", err)
+	}
+	return &db.TokenOwner{UserID: row.UserID, Locale: row.Locale}, nil
 }
 
 // EmailTokenInvalidateUser implements db.Queries.
 func (q *queries) EmailTokenInvalidateUser(ctx context.Context, userID int64, purpose db.TokenPurpose, now time.Time) error {
-	_, err := run(ctx, q, false, func() (int64, error) {
+	_, err := run(ctx, q, false, func(ctx context.Context) (int64, error) {
 		return sqlc.EmailTokenInvalidateUser(ctx, q.dbtx, dbsqlc.EmailTokenInvalidateUserParams{Now: now, UserID: userID, Purpose: purpose})
 	})
 	return wrap("invalidating email tokens", err)
@@ -246,15 +279,44 @@ func (q *queries) EmailTokenInvalidateUser(ctx context.Context, userID int64, pu
 
 // RateLimitCounterDeleteExpired implements db.Queries.
 func (q *queries) RateLimitCounterDeleteExpired(ctx context.Context, before time.Time, limit int) (int64, error) {
-	n, err := run(ctx, q, false, func() (int64, error) {
+	n, err := run(ctx, q, false, func(ctx context.Context) (int64, error) {
 		return sqlc.RateLimitCounterDeleteExpired(ctx, q.dbtx, dbsqlc.RateLimitCounterDeleteExpiredParams{Before: before, Max: int64(limit)})
 	})
 	return n, wrap("deleting expired rate limit counters", err)
 }
 
+// RateLimitDeviceRevocationUpsert implements db.Queries. Running it twice records a later time
+// than once, which revokes at most a token issued in between: it may run again after a lost
+// answer.
+func (q *queries) RateLimitDeviceRevocationUpsert(ctx context.Context, keyHash []byte) error {
+	_, err := run(ctx, q, true, func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, sqlc.RateLimitDeviceRevocationUpsert(ctx, q.dbtx, keyHash)
+	})
+	return wrap("revoking devices", err)
+}
+
+// RateLimitDeviceRevocationGet implements db.Queries: no row is the Unix epoch.
+func (q *queries) RateLimitDeviceRevocationGet(ctx context.Context, keyHash []byte) (time.Time, error) {
+	revokedAt, err := run(ctx, q, true, func(ctx context.Context) (time.Time, error) {
+		return sqlc.RateLimitDeviceRevocationGet(ctx, q.dbtx, keyHash)
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return time.Unix(0, 0).UTC(), nil
+	}
+	return revokedAt, wrap("reading device revocation", err)
+}
+
+// RateLimitDeviceRevocationDeleteBefore implements db.Queries.
+func (q *queries) RateLimitDeviceRevocationDeleteBefore(ctx context.Context, before time.Time, limit int) (int64, error) {
+	n, err := run(ctx, q, false, func(ctx context.Context) (int64, error) {
+		return sqlc.RateLimitDeviceRevocationDeleteBefore(ctx, q.dbtx, dbsqlc.RateLimitDeviceRevocationDeleteBeforeParams{Before: before, Max: int64(limit)})
+	})
+	return n, wrap("deleting old device revocations", err)
+}
+
 // WebhookEventDeleteBefore implements db.Queries.
 func (q *queries) WebhookEventDeleteBefore(ctx context.Context, before time.Time, limit int) (int64, error) {
-	n, err := run(ctx, q, false, func() (int64, error) {
+	n, err := run(ctx, q, false, func(ctx context.Context) (int64, error) {
 		return sqlc.WebhookEventDeleteBefore(ctx, q.dbtx, dbsqlc.WebhookEventDeleteBeforeParams{Before: before, Max: int64(limit)})
 	})
 	return n, wrap("deleting old webhook events", err)
@@ -263,7 +325,7 @@ func (q *queries) WebhookEventDeleteBefore(ctx context.Context, before time.Time
 // WebhookEventInsert implements db.Queries. Not run again after a lost answer: the second run
 // would take the first's row for a replay.
 func (q *queries) WebhookEventInsert(ctx context.Context, svixID string, now time.Time) error {
-	n, err := run(ctx, q, false, func() (int64, error) {
+	n, err := run(ctx, q, false, func(ctx context.Context) (int64, error) {
 		return sqlc.WebhookEventInsert(ctx, q.dbtx, dbsqlc.WebhookEventInsertParams{SvixID: svixID, Now: now})
 	})
 	if err == nil && n == 0 {
@@ -280,7 +342,7 @@ func (q *queries) SendPacerReserve(ctx context.Context, name string, interval ti
 		return time.Time{}, time.Time{}, fmt.Errorf("send pacer interval must be positive, got %s", interval)
 	}
 	intervalUS := interval.Microseconds()
-	row, err := run(ctx, q, false, func() (*dbsqlc.SendPacerReserveRow, error) {
+	row, err := run(ctx, q, false, func(ctx context.Context) (*dbsqlc.SendPacerReserveRow, error) {
 		return sqlc.SendPacerReserve(ctx, q.dbtx, dbsqlc.SendPacerReserveParams{Name: name, IntervalUs: intervalUS})
 	})
 	if err != nil {
@@ -291,7 +353,7 @@ func (q *queries) SendPacerReserve(ctx context.Context, name string, interval ti
 
 // Now implements db.Queries: clock_timestamp(), the clock SendPacerReserve schedules on.
 func (q *queries) Now(ctx context.Context) (time.Time, error) {
-	nowUS, err := run(ctx, q, true, func() (int64, error) {
+	nowUS, err := run(ctx, q, true, func(ctx context.Context) (int64, error) {
 		return sqlc.SendPacerNow(ctx, q.dbtx)
 	})
 	if err != nil {
@@ -302,7 +364,7 @@ func (q *queries) Now(ctx context.Context) (time.Time, error) {
 
 // UserGetByEmail implements db.Queries.
 func (q *queries) UserGetByEmail(ctx context.Context, email string) (*db.User, error) {
-	user, err := run(ctx, q, true, func() (*dbsqlc.User, error) {
+	user, err := run(ctx, q, true, func(ctx context.Context) (*dbsqlc.User, error) {
 		return sqlc.UserGetByEmail(ctx, q.dbtx, email)
 	})
 	return (*db.User)(user), wrap("getting user by email", err)
@@ -310,7 +372,7 @@ func (q *queries) UserGetByEmail(ctx context.Context, email string) (*db.User, e
 
 // UserGetByID implements db.Queries.
 func (q *queries) UserGetByID(ctx context.Context, id int64) (*db.User, error) {
-	user, err := run(ctx, q, true, func() (*dbsqlc.User, error) {
+	user, err := run(ctx, q, true, func(ctx context.Context) (*dbsqlc.User, error) {
 		return sqlc.UserGetByID(ctx, q.dbtx, id)
 	})
 	return (*db.User)(user), wrap("getting user by id", err)
@@ -318,7 +380,7 @@ func (q *queries) UserGetByID(ctx context.Context, id int64) (*db.User, error) {
 
 // UserInsert implements db.Queries.
 func (q *queries) UserInsert(ctx context.Context, params *db.UserInsertParams) (*db.User, error) {
-	user, err := run(ctx, q, false, func() (*dbsqlc.User, error) {
+	user, err := run(ctx, q, false, func(ctx context.Context) (*dbsqlc.User, error) {
 		return sqlc.UserInsert(ctx, q.dbtx, dbsqlc.UserInsertParams(*params))
 	})
 	if errors.Is(err, pgx.ErrNoRows) { // ON CONFLICT DO NOTHING: the transaction stays usable
@@ -328,27 +390,27 @@ func (q *queries) UserInsert(ctx context.Context, params *db.UserInsertParams) (
 }
 
 // UserMarkEmailVerified implements db.Queries.
-func (q *queries) UserMarkEmailVerified(ctx context.Context, id int64, now time.Time) error {
-	n, err := run(ctx, q, false, func() (int64, error) {
+func (q *queries) UserMarkEmailVerified(ctx context.Context, id int64, now time.Time) (string, error) {
+	locale, err := run(ctx, q, false, func(ctx context.Context) (string, error) {
 		return sqlc.UserMarkEmailVerified(ctx, q.dbtx, dbsqlc.UserMarkEmailVerifiedParams{Now: now, ID: id})
 	})
-	return updated("marking email verified", n, err)
+	return locale, wrap("marking email verified", err)
 }
 
 // UserSetPassword implements db.Queries.
 func (q *queries) UserSetPassword(ctx context.Context, id int64, passwordHash string, now time.Time) error {
-	n, err := run(ctx, q, false, func() (int64, error) {
+	n, err := run(ctx, q, false, func(ctx context.Context) (int64, error) {
 		return sqlc.UserSetPassword(ctx, q.dbtx, dbsqlc.UserSetPasswordParams{PasswordHash: passwordHash, Now: now, ID: id})
 	})
 	return updated("setting password", n, err)
 }
 
 // UserUnsubscribe implements db.Queries.
-func (q *queries) UserUnsubscribe(ctx context.Context, id int64, now time.Time) error {
-	n, err := run(ctx, q, false, func() (int64, error) {
+func (q *queries) UserUnsubscribe(ctx context.Context, id int64, now time.Time) (string, error) {
+	locale, err := run(ctx, q, false, func(ctx context.Context) (string, error) {
 		return sqlc.UserUnsubscribe(ctx, q.dbtx, dbsqlc.UserUnsubscribeParams{Now: now, ID: id})
 	})
-	return updated("unsubscribing user", n, err)
+	return locale, wrap("unsubscribing user", err)
 }
 
 // counters runs the rate limiter's statements on the rate-limit pool (synchronous_commit off),
@@ -360,8 +422,9 @@ type counters struct {
 // RateLimitCounterConsume implements db.Counters. When the window is at its limit, ok is false,
 // nothing is counted, and count is the limit.
 func (c *counters) RateLimitCounterConsume(ctx context.Context, params *db.RateLimitCounterConsumeParams) (int64, bool, error) {
-	// Not idempotent: a retry after a lost answer would count twice.
-	count, err := retryOnce(ctx, false, func() (int64, error) {
+	// Run again after a lost session (see the retry rule): twice, it may count the request twice,
+	// as the client's retry of a 503 would, and never lets one past the limit.
+	count, err := retryOnce(ctx, true, func(ctx context.Context) (int64, error) {
 		return sqlc.RateLimitCounterConsume(ctx, c.pool, dbsqlc.RateLimitCounterConsumeParams(*params))
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -371,26 +434,25 @@ func (c *counters) RateLimitCounterConsume(ctx context.Context, params *db.RateL
 }
 
 // RateLimitCounterConsumeChain implements db.Counters in one statement, and so one round trip,
-// on the rate-limit pool: the user is read on it too (a read does not care for its commits). A
-// chain that reads no user names no table but the counters, so that the limiter runs on the
-// limiter's part alone. db's Tables checked the chain and spend a chain of one window with
-// RateLimitCounterConsume.
+// on the rate-limit pool: the user is read on it too (a read does not care for its commits).
+// db's Tables checked the chain and spend a chain of one window with RateLimitCounterConsume.
 func (c *counters) RateLimitCounterConsumeChain(ctx context.Context, params *db.RateLimitCounterChainParams) (*db.RateLimitCounterChainResult, error) {
 	arg := chainArgs(params)
-	// Not idempotent: a retry after a lost answer would count twice.
-	result, err := retryOnce(ctx, false, func() (*db.RateLimitCounterChainResult, error) {
+	// Run again after a lost session, as RateLimitCounterConsume is.
+	result, err := retryOnce(ctx, true, func(ctx context.Context) (*db.RateLimitCounterChainResult, error) {
 		if params.UserEmail == "" {
 			row, err := sqlc.RateLimitCounterConsumeChain(ctx, c.pool, arg)
 			if err != nil {
 				return nil, err
 			}
-			return chainResult(params, nil, row.Count1, row.Count2, row.Count3), nil
+			return chainResult(params, row.DeviceTrusted, nil, row.Count1, row.Count2, row.Count3), nil
 		}
 		row, err := sqlc.RateLimitCounterConsumeChainUser(ctx, c.pool, dbsqlc.RateLimitCounterConsumeChainUserParams{
 			UserEmail: params.UserEmail,
 			KeyHash1:  arg.KeyHash1, WindowStart1: arg.WindowStart1, WindowEnd1: arg.WindowEnd1, LimitCount1: arg.LimitCount1,
 			KeyHash2: arg.KeyHash2, WindowStart2: arg.WindowStart2, WindowEnd2: arg.WindowEnd2, LimitCount2: arg.LimitCount2,
 			KeyHash3: arg.KeyHash3, WindowStart3: arg.WindowStart3, WindowEnd3: arg.WindowEnd3, LimitCount3: arg.LimitCount3,
+			DeviceKeyHash: arg.DeviceKeyHash, DeviceRevocationHash: arg.DeviceRevocationHash, DeviceSince: arg.DeviceSince, DeviceWindow: arg.DeviceWindow,
 		})
 		if err != nil {
 			return nil, err
@@ -409,7 +471,7 @@ func (c *counters) RateLimitCounterConsumeChain(ctx context.Context, params *db.
 				Locale:          *row.UserLocale,
 			}
 		}
-		return chainResult(params, user, row.Count1, row.Count2, row.Count3), nil
+		return chainResult(params, row.DeviceTrusted, user, row.Count1, row.Count2, row.Count3), nil
 	})
 	if err != nil {
 		return nil, wrap("consuming rate limit counters", err)
@@ -418,9 +480,9 @@ func (c *counters) RateLimitCounterConsumeChain(ctx context.Context, params *db.
 }
 
 // chainResult is the result of a chain of params whose statement returned counts (0 for a window
-// that refused or was not spent) and user.
-func chainResult(params *db.RateLimitCounterChainParams, user *db.User, counts ...int64) *db.RateLimitCounterChainResult {
-	result := &db.RateLimitCounterChainResult{User: user}
+// that refused or was not spent), whether the device was trusted, and user.
+func chainResult(params *db.RateLimitCounterChainParams, deviceTrusted bool, user *db.User, counts ...int64) *db.RateLimitCounterChainResult {
+	result := &db.RateLimitCounterChainResult{DeviceTrusted: deviceTrusted, User: user}
 	for _, count := range counts[:len(params.Windows)] {
 		if count == 0 {
 			break
@@ -435,16 +497,53 @@ func chainResult(params *db.RateLimitCounterChainParams, user *db.User, counts .
 func chainArgs(params *db.RateLimitCounterChainParams) dbsqlc.RateLimitCounterConsumeChainParams {
 	var w [db.RateLimitChainMax]db.RateLimitCounterConsumeParams
 	copy(w[:], params.Windows)
-	return dbsqlc.RateLimitCounterConsumeChainParams{
+	arg := dbsqlc.RateLimitCounterConsumeChainParams{
 		KeyHash1: w[0].KeyHash, WindowStart1: w[0].WindowStart, WindowEnd1: w[0].WindowEnd, LimitCount1: w[0].LimitCount,
 		KeyHash2: w[1].KeyHash, WindowStart2: w[1].WindowStart, WindowEnd2: w[1].WindowEnd, LimitCount2: w[1].LimitCount,
 		KeyHash3: w[2].KeyHash, WindowStart3: w[2].WindowStart, WindowEnd3: w[2].WindowEnd, LimitCount3: w[2].LimitCount,
 	}
+	device := deviceArgsOf(params.Device)
+	arg.DeviceKeyHash, arg.DeviceRevocationHash, arg.DeviceSince, arg.DeviceWindow = device.keyHash, device.revocationHash, device.since, int32(device.window) //nolint:gosec // 0 to db.RateLimitChainMax
+	return arg
+}
+
+// deviceArgs are a device's parameters as the statements take them: no device is a NULL bucket
+// (never trusted) and window 0; window is 1-based, as SQL's ordinality.
+type deviceArgs struct {
+	keyHash, revocationHash []byte
+	since                   time.Time
+	window                  int64
+}
+
+func deviceArgsOf(device *db.RateLimitDeviceParams) deviceArgs {
+	if device == nil {
+		return deviceArgs{since: time.Unix(0, 0)}
+	}
+	return deviceArgs{keyHash: device.KeyHash, revocationHash: device.RevocationHash, since: device.Since, window: int64(device.Window) + 1}
+}
+
+// windowsArgs are params' windows and device as the statements over several windows
+// (RateLimitCounterGetMany, RateLimitCounterRefund, RateLimitCounterDeleteMany) take them: the
+// three have the same parameters, so each converts this struct to its own.
+func windowsArgs(params *db.RateLimitCounterWindowsParams) dbsqlc.RateLimitCounterGetManyParams {
+	device := deviceArgsOf(params.Device)
+	arg := dbsqlc.RateLimitCounterGetManyParams{
+		DeviceKeyHash:        device.keyHash,
+		DeviceRevocationHash: device.revocationHash,
+		DeviceSince:          device.since,
+		DeviceWindow:         device.window,
+		KeyHashes:            make([][]byte, len(params.Windows)),
+		WindowStarts:         make([]time.Time, len(params.Windows)),
+	}
+	for i, w := range params.Windows {
+		arg.KeyHashes[i], arg.WindowStarts[i] = w.KeyHash, w.WindowStart
+	}
+	return arg
 }
 
 // RateLimitCounterGet implements db.Counters: no row is a count of 0.
 func (c *counters) RateLimitCounterGet(ctx context.Context, params *db.RateLimitCounterGetParams) (int64, error) {
-	count, err := retryOnce(ctx, true, func() (int64, error) {
+	count, err := retryOnce(ctx, true, func(ctx context.Context) (int64, error) {
 		return sqlc.RateLimitCounterGet(ctx, c.pool, dbsqlc.RateLimitCounterGetParams(*params))
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -453,39 +552,77 @@ func (c *counters) RateLimitCounterGet(ctx context.Context, params *db.RateLimit
 	return count, wrap("reading rate limit counter", err)
 }
 
-// RateLimitCounterGetMany implements db.Counters in one statement.
-func (c *counters) RateLimitCounterGetMany(ctx context.Context, windows []db.RateLimitCounterGetParams) ([]int64, error) {
-	arg := dbsqlc.RateLimitCounterGetManyParams{
-		KeyHashes:    make([][]byte, len(windows)),
-		WindowStarts: make([]time.Time, len(windows)),
-	}
-	for i, w := range windows {
-		arg.KeyHashes[i], arg.WindowStarts[i] = w.KeyHash, w.WindowStart
-	}
-	rows, err := retryOnce(ctx, true, func() ([]*dbsqlc.RateLimitCounterGetManyRow, error) {
+// RateLimitCounterGetMany implements db.Counters in one statement, the device checked in it.
+func (c *counters) RateLimitCounterGetMany(ctx context.Context, params *db.RateLimitCounterWindowsParams) (*db.RateLimitCounterGetManyResult, error) {
+	arg := windowsArgs(params)
+	rows, err := retryOnce(ctx, true, func(ctx context.Context) ([]*dbsqlc.RateLimitCounterGetManyRow, error) {
 		return sqlc.RateLimitCounterGetMany(ctx, c.pool, arg)
 	})
 	if err != nil {
 		return nil, wrap("reading rate limit counters", err)
 	}
-	counts := make([]int64, len(windows))
+	result := &db.RateLimitCounterGetManyResult{Counts: make([]int64, len(params.Windows))}
 	for _, row := range rows {
-		for i, w := range windows {
-			if bytes.Equal(row.KeyHash, w.KeyHash) && row.WindowStart.Equal(w.WindowStart) {
-				counts[i] = row.Count
-			}
-		}
+		result.Counts[row.Ord-1] = row.Count
+		result.DeviceTrusted = row.DeviceTrusted
 	}
-	return counts, nil
+	return result, nil
+}
+
+// RateLimitCounterRefund implements db.Counters in one statement, the device checked in it. Not
+// idempotent: a retry after a lost answer would give back twice.
+func (c *counters) RateLimitCounterRefund(ctx context.Context, params *db.RateLimitCounterWindowsParams) (bool, error) {
+	arg := dbsqlc.RateLimitCounterRefundParams(windowsArgs(params))
+	row, err := retryOnce(ctx, false, func(ctx context.Context) (*dbsqlc.RateLimitCounterRefundRow, error) {
+		return sqlc.RateLimitCounterRefund(ctx, c.pool, arg)
+	})
+	if err != nil {
+		return false, wrap("refunding rate limit counters", err)
+	}
+	return row.DeviceTrusted, nil
+}
+
+// RateLimitCounterDeleteMany implements db.Counters in one statement, the device checked in it.
+// Deleting twice leaves what deleting once does, so it may run again after a lost answer.
+func (c *counters) RateLimitCounterDeleteMany(ctx context.Context, params *db.RateLimitCounterWindowsParams) (bool, error) {
+	arg := dbsqlc.RateLimitCounterDeleteManyParams(windowsArgs(params))
+	row, err := retryOnce(ctx, true, func(ctx context.Context) (*dbsqlc.RateLimitCounterDeleteManyRow, error) {
+		return sqlc.RateLimitCounterDeleteMany(ctx, c.pool, arg)
+	})
+	if err != nil {
+		return false, wrap("deleting rate limit counters", err)
+	}
+	return row.DeviceTrusted, nil
 }
 
 // RateLimitCounterDelete implements db.Counters. Deleting twice leaves what deleting once does,
 // so it may run again after a lost answer.
 func (c *counters) RateLimitCounterDelete(ctx context.Context, params *db.RateLimitCounterDeleteParams) error {
-	_, err := retryOnce(ctx, true, func() (struct{}, error) {
+	_, err := retryOnce(ctx, true, func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, sqlc.RateLimitCounterDelete(ctx, c.pool, dbsqlc.RateLimitCounterDeleteParams(*params))
 	})
 	return wrap("deleting rate limit counter", err)
+}
+
+// SecretCheckRecord implements db.Queries. Both statements may run again after a lost answer:
+// the insert does nothing once a value is recorded.
+func (q *queries) SecretCheckRecord(ctx context.Context, params *db.SecretCheckParams) ([]byte, error) {
+	_, err := run(ctx, q, true, func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, sqlc.SecretCheckInsert(ctx, q.dbtx, dbsqlc.SecretCheckInsertParams(*params))
+	})
+	if err != nil {
+		return nil, wrap("recording the secret's check value", err)
+	}
+	recorded, err := run(ctx, q, true, func(ctx context.Context) ([]byte, error) { return sqlc.SecretCheckGet(ctx, q.dbtx) })
+	return recorded, wrap("reading the secret's check value", err)
+}
+
+// SecretCheckReplace implements db.Queries. Running it twice leaves what running it once does.
+func (q *queries) SecretCheckReplace(ctx context.Context, params *db.SecretCheckParams) error {
+	_, err := run(ctx, q, true, func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, sqlc.SecretCheckReplace(ctx, q.dbtx, dbsqlc.SecretCheckReplaceParams(*params))
+	})
+	return wrap("replacing the secret's check value", err)
 }
 
 // wrap says what failed, its error converted to db's; nil stays nil.

@@ -49,7 +49,7 @@ func ExampleNewEngine() {
 		fmt.Println("counted:", count)
 	}
 
-	secret, err := engine.AppSecret()
+	secret, err := engine.AppSecret(ctx)
 	if err != nil {
 		panic(err)
 	}

@@ -51,8 +51,9 @@ func (q *queries) UserGetByID(ctx context.Context, id int64) (*db.User, error) {
 }
 
 // UserMarkEmailVerified implements db.Queries.
-func (q *queries) UserMarkEmailVerified(ctx context.Context, id int64, now time.Time) error {
-	return mustUpdate(sqlc.UserMarkEmailVerified(ctx, q.dbtx, dbsqlc.UserMarkEmailVerifiedParams{ID: id, Now: us(now)}))("marking email verified")
+func (q *queries) UserMarkEmailVerified(ctx context.Context, id int64, now time.Time) (string, error) {
+	locale, err := sqlc.UserMarkEmailVerified(ctx, q.dbtx, dbsqlc.UserMarkEmailVerifiedParams{ID: id, Now: us(now)})
+	return locale, failed("marking email verified", err)
 }
 
 // UserSetPassword implements db.Queries.
@@ -61,8 +62,9 @@ func (q *queries) UserSetPassword(ctx context.Context, id int64, passwordHash st
 }
 
 // UserUnsubscribe implements db.Queries.
-func (q *queries) UserUnsubscribe(ctx context.Context, id int64, now time.Time) error {
-	return mustUpdate(sqlc.UserUnsubscribe(ctx, q.dbtx, dbsqlc.UserUnsubscribeParams{ID: id, Now: us(now)}))("unsubscribing user")
+func (q *queries) UserUnsubscribe(ctx context.Context, id int64, now time.Time) (string, error) {
+	locale, err := sqlc.UserUnsubscribe(ctx, q.dbtx, dbsqlc.UserUnsubscribeParams{ID: id, Now: us(now)})
+	return locale, failed("unsubscribing user", err)
 }
 
 func user(row *dbsqlc.User, err error, doing string) (*db.User, error) {
@@ -134,9 +136,12 @@ func (q *queries) EmailTokenConsume(ctx context.Context, tokenHash []byte, purpo
 }
 
 // EmailTokenLookup implements db.Queries.
-func (q *queries) EmailTokenLookup(ctx context.Context, tokenHash []byte, purpose db.TokenPurpose, now time.Time) (int64, error) {
-	userID, err := sqlc.EmailTokenLookup(ctx, q.dbtx, dbsqlc.EmailTokenLookupParams{TokenHash: tokenHash, Purpose: purpose, Now: us(now)})
-	return userID, failed("looking up email token", err)
+func (q *queries) EmailTokenLookup(ctx context.Context, tokenHash []byte, purpose db.TokenPurpose, now time.Time) (*db.TokenOwner, error) {
+	row, err := sqlc.EmailTokenLookup(ctx, q.dbtx, dbsqlc.EmailTokenLookupParams{TokenHash: tokenHash, Purpose: purpose, Now: us(now)})
+	if err != nil {
+		return nil, failed("looking up email token", err)
+	}
+	return &db.TokenOwner{UserID: row.UserID, Locale: row.Locale}, nil
 }
 
 // EmailTokenInvalidateUser implements db.Queries.
@@ -192,8 +197,33 @@ func (q *queries) EmailMessageRekey(ctx context.Context, params *db.EmailMessage
 }
 
 // EmailMessageMarkAccepted implements db.Queries.
-func (q *queries) EmailMessageMarkAccepted(ctx context.Context, jobID int64, providerID string, now time.Time) error {
-	return mustUpdate(sqlc.EmailMessageMarkAccepted(ctx, q.dbtx, dbsqlc.EmailMessageMarkAcceptedParams{JobID: jobID, ProviderID: &providerID, Now: us(now)}))("marking email message accepted")
+func (q *queries) EmailMessageMarkAccepted(ctx context.Context, params *db.EmailMessageMarkAcceptedParams) error {
+	return mustUpdate(sqlc.EmailMessageMarkAccepted(ctx, q.dbtx, dbsqlc.EmailMessageMarkAcceptedParams{
+		JobID:      params.JobID,
+		Provider:   &params.Provider,
+		ProviderID: &params.ProviderID,
+		Now:        us(params.Now),
+	}))("marking email message accepted")
+}
+
+// EmailMessageSetProviderInDoubt implements db.Queries.
+func (q *queries) EmailMessageSetProviderInDoubt(ctx context.Context, params *db.EmailMessageSetProviderInDoubtParams) error {
+	return mustUpdate(sqlc.EmailMessageSetProviderInDoubt(ctx, q.dbtx, dbsqlc.EmailMessageSetProviderInDoubtParams{
+		JobID:    params.JobID,
+		Provider: params.Provider,
+		Now:      us(params.Now),
+	}))("recording the provider an email message is handed to")
+}
+
+// EmailMessageMarkBounced implements db.Queries.
+func (q *queries) EmailMessageMarkBounced(ctx context.Context, params *db.EmailMessageMarkBouncedParams) error {
+	now := us(params.Now)
+	return mustUpdate(sqlc.EmailMessageMarkBounced(ctx, q.dbtx, dbsqlc.EmailMessageMarkBouncedParams{
+		JobID:         params.JobID,
+		BounceType:    &params.BounceType,
+		BounceSubType: &params.BounceSubType,
+		Now:           &now,
+	}))("marking email message bounced")
 }
 
 // EmailMessageDeleteBefore implements db.Queries.
@@ -256,28 +286,30 @@ func emailMessage(row *dbsqlc.EmailMessage, err error, doing string) (*db.EmailM
 		return nil, failed(doing, err)
 	}
 	return &db.EmailMessage{
-		JobID:          row.JobID,
-		Kind:           row.Kind,
-		UserID:         row.UserID,
-		IdempotencyKey: row.IdempotencyKey,
-		KeyCreatedAt:   at(row.KeyCreatedAt),
-		Status:         row.Status,
-		ProviderID:     row.ProviderID,
-		AcceptedAt:     atPtr(row.AcceptedAt),
-		CreatedAt:      at(row.CreatedAt),
-		UpdatedAt:      at(row.UpdatedAt),
-		StatusAt:       atPtr(row.StatusAt),
-		SentAt:         atPtr(row.SentAt),
-		DeliveredAt:    atPtr(row.DeliveredAt),
-		DelayedAt:      atPtr(row.DelayedAt),
-		BouncedAt:      atPtr(row.BouncedAt),
-		ComplainedAt:   atPtr(row.ComplainedAt),
-		SuppressedAt:   atPtr(row.SuppressedAt),
-		FailedAt:       atPtr(row.FailedAt),
-		BounceType:     row.BounceType,
-		BounceSubType:  row.BounceSubType,
-		Locale:         row.Locale,
-		PayloadSHA256:  row.PayloadSHA256,
+		JobID:           row.JobID,
+		Kind:            row.Kind,
+		UserID:          row.UserID,
+		IdempotencyKey:  row.IdempotencyKey,
+		KeyCreatedAt:    at(row.KeyCreatedAt),
+		Status:          row.Status,
+		ProviderID:      row.ProviderID,
+		AcceptedAt:      atPtr(row.AcceptedAt),
+		CreatedAt:       at(row.CreatedAt),
+		UpdatedAt:       at(row.UpdatedAt),
+		StatusAt:        atPtr(row.StatusAt),
+		SentAt:          atPtr(row.SentAt),
+		DeliveredAt:     atPtr(row.DeliveredAt),
+		DelayedAt:       atPtr(row.DelayedAt),
+		BouncedAt:       atPtr(row.BouncedAt),
+		ComplainedAt:    atPtr(row.ComplainedAt),
+		SuppressedAt:    atPtr(row.SuppressedAt),
+		FailedAt:        atPtr(row.FailedAt),
+		BounceType:      row.BounceType,
+		BounceSubType:   row.BounceSubType,
+		Locale:          row.Locale,
+		PayloadSHA256:   row.PayloadSHA256,
+		Provider:        row.Provider,
+		ProviderInDoubt: row.ProviderInDoubt,
 	}, nil
 }
 
@@ -383,9 +415,17 @@ func (q *queries) RateLimitCounterConsumeChain(ctx context.Context, params *db.R
 		return nil, failed("consuming rate limit counters", err)
 	}
 	defer release()
-	result := &db.RateLimitCounterChainResult{}
+	trusted, err := onConn.deviceTrusted(ctx, params.Device)
+	if err != nil {
+		return nil, err
+	}
+	result := &db.RateLimitCounterChainResult{DeviceTrusted: trusted}
 	for i := range params.Windows {
-		count, ok, err := onConn.RateLimitCounterConsume(ctx, &params.Windows[i])
+		window := params.Windows[i]
+		if trusted && i == params.Device.Window {
+			window.KeyHash = params.Device.KeyHash
+		}
+		count, ok, err := onConn.RateLimitCounterConsume(ctx, &window)
 		if err != nil {
 			return nil, err
 		}
@@ -416,23 +456,91 @@ func (q *queries) RateLimitCounterGet(ctx context.Context, params *db.RateLimitC
 	return count, failed("reading rate limit counter", err)
 }
 
-// RateLimitCounterGetMany implements db.Counters: one statement per window, on one connection
-// taken once, like RateLimitCounterConsumeChain.
-func (q *queries) RateLimitCounterGetMany(ctx context.Context, windows []db.RateLimitCounterGetParams) ([]int64, error) {
+// RateLimitCounterGetMany implements db.Counters: the device's check, then one statement per
+// window, on one connection taken once, like RateLimitCounterConsumeChain.
+func (q *queries) RateLimitCounterGetMany(ctx context.Context, params *db.RateLimitCounterWindowsParams) (*db.RateLimitCounterGetManyResult, error) {
+	counts := make([]int64, len(params.Windows))
+	trusted, err := q.eachWindow(ctx, "reading rate limit counters", params, func(onConn *queries, i int, w *db.RateLimitCounterGetParams) error {
+		count, err := onConn.RateLimitCounterGet(ctx, w)
+		counts[i] = count
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &db.RateLimitCounterGetManyResult{Counts: counts, DeviceTrusted: trusted}, nil
+}
+
+// RateLimitCounterRefund implements db.Counters: the device's check, then one statement per
+// window, on one connection taken once.
+func (q *queries) RateLimitCounterRefund(ctx context.Context, params *db.RateLimitCounterWindowsParams) (bool, error) {
+	return q.eachWindow(ctx, "refunding rate limit counters", params, func(onConn *queries, _ int, w *db.RateLimitCounterGetParams) error {
+		_, err := sqlc.RateLimitCounterRefund(ctx, onConn.dbtx, dbsqlc.RateLimitCounterRefundParams{KeyHash: w.KeyHash, WindowStart: us(w.WindowStart)})
+		return failed("refunding rate limit counter", err)
+	})
+}
+
+// RateLimitCounterDeleteMany implements db.Counters: the device's check, then one statement per
+// window, on one connection taken once.
+func (q *queries) RateLimitCounterDeleteMany(ctx context.Context, params *db.RateLimitCounterWindowsParams) (bool, error) {
+	return q.eachWindow(ctx, "deleting rate limit counters", params, func(onConn *queries, _ int, w *db.RateLimitCounterGetParams) error {
+		return onConn.RateLimitCounterDelete(ctx, &db.RateLimitCounterDeleteParams{KeyHash: w.KeyHash, WindowStart: w.WindowStart})
+	})
+}
+
+// eachWindow takes one connection, checks params' device on it, and calls fn for each window in
+// order (the device's own bucket in place of its window's key while it stands), outside any
+// transaction: SQLite runs in the process, so the call is one round trip. It returns whether the
+// device stood.
+func (q *queries) eachWindow(ctx context.Context, doing string, params *db.RateLimitCounterWindowsParams, fn func(onConn *queries, i int, w *db.RateLimitCounterGetParams) error) (bool, error) {
 	onConn, release, err := q.oneConn(ctx)
 	if err != nil {
-		return nil, failed("reading rate limit counters", err)
+		return false, failed(doing, err)
 	}
 	defer release()
-	counts := make([]int64, len(windows))
-	for i := range windows {
-		count, err := onConn.RateLimitCounterGet(ctx, &windows[i])
-		if err != nil {
-			return nil, err
-		}
-		counts[i] = count
+	trusted, err := onConn.deviceTrusted(ctx, params.Device)
+	if err != nil {
+		return false, err
 	}
-	return counts, nil
+	for i := range params.Windows {
+		window := params.Windows[i]
+		if trusted && i == params.Device.Window {
+			window.KeyHash = params.Device.KeyHash
+		}
+		if err := fn(onConn, i, &window); err != nil {
+			return false, err
+		}
+	}
+	return trusted, nil
+}
+
+// deviceTrusted says whether device stands: no revocation of its account's devices is recorded
+// after the one it was issued under. No device is not trusted, and costs no statement.
+func (q *queries) deviceTrusted(ctx context.Context, device *db.RateLimitDeviceParams) (bool, error) {
+	if device == nil {
+		return false, nil
+	}
+	trusted, err := sqlc.RateLimitDeviceRevocationTrusted(ctx, q.dbtx, dbsqlc.RateLimitDeviceRevocationTrustedParams{KeyHash: device.RevocationHash, Since: us(device.Since)})
+	return trusted, failed("checking device revocation", err)
+}
+
+// RateLimitDeviceRevocationUpsert implements db.Queries.
+func (q *queries) RateLimitDeviceRevocationUpsert(ctx context.Context, keyHash []byte) error {
+	return failed("revoking devices", sqlc.RateLimitDeviceRevocationUpsert(ctx, q.dbtx, keyHash))
+}
+
+// RateLimitDeviceRevocationGet implements db.Queries: no row is the Unix epoch.
+func (q *queries) RateLimitDeviceRevocationGet(ctx context.Context, keyHash []byte) (time.Time, error) {
+	revokedAt, err := sqlc.RateLimitDeviceRevocationGet(ctx, q.dbtx, keyHash)
+	if errors.Is(err, sql.ErrNoRows) {
+		return at(0), nil
+	}
+	return at(revokedAt), failed("reading device revocation", err)
+}
+
+// RateLimitDeviceRevocationDeleteBefore implements db.Queries.
+func (q *queries) RateLimitDeviceRevocationDeleteBefore(ctx context.Context, before time.Time, limit int) (int64, error) {
+	return counted(sqlc.RateLimitDeviceRevocationDeleteBefore(ctx, q.dbtx, dbsqlc.RateLimitDeviceRevocationDeleteBeforeParams{Before: us(before), Max: int64(limit)}))("deleting old device revocations")
 }
 
 // oneConn is q on one connection of its *sql.DB, taken once for several statements, and its
@@ -481,6 +589,20 @@ func (q *queries) Now(ctx context.Context) (time.Time, error) {
 		return time.Time{}, failed("reading the database's clock", err)
 	}
 	return at(nowUS), nil
+}
+
+// SecretCheckRecord implements db.Queries.
+func (q *queries) SecretCheckRecord(ctx context.Context, params *db.SecretCheckParams) ([]byte, error) {
+	if err := sqlc.SecretCheckInsert(ctx, q.dbtx, dbsqlc.SecretCheckInsertParams{CheckValue: params.CheckValue, Now: us(params.Now)}); err != nil {
+		return nil, failed("recording the secret's check value", err)
+	}
+	recorded, err := sqlc.SecretCheckGet(ctx, q.dbtx)
+	return recorded, failed("reading the secret's check value", err)
+}
+
+// SecretCheckReplace implements db.Queries.
+func (q *queries) SecretCheckReplace(ctx context.Context, params *db.SecretCheckParams) error {
+	return failed("replacing the secret's check value", sqlc.SecretCheckReplace(ctx, q.dbtx, dbsqlc.SecretCheckReplaceParams{CheckValue: params.CheckValue, Now: us(params.Now)}))
 }
 
 // failed says what failed, its error converted to db's; nil stays nil.

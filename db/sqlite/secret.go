@@ -12,6 +12,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+
+	"github.com/postguard/postguard/db/sqlite/dbsqlc"
 )
 
 // secretLen is the size in bytes of a generated APP_SECRET.
@@ -32,15 +34,28 @@ const (
 	legacySecretDeleteSQL = `DELETE FROM app_settings WHERE name = 'app_secret'`
 )
 
+// recordsSecretSQL says whether the database records the check value of a secret (migration
+// 00008's secret_check), without failing on a database migrated before that table existed.
+//
+//nolint:gosec // G101: SQL that names the table of the secret's check value, not a credential
+const recordsSecretSQL = `SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'secret_check')`
+
+// ErrSecretFileMissing is returned (wrapped, naming the file) by AppSecret when the secret file
+// is missing beside a database that records the check value of the secret it was made with:
+// the file was lost (or left out of a restore), and a new secret would silently break what the
+// old one made.
+var ErrSecretFileMissing = errors.New("the secret file is missing")
+
 // SecretPath is where the embedded default keeps its generated APP_SECRET: PATH.secret beside the
 // database at PATH, never inside it, so that a copy of the database file alone opens nothing.
 func SecretPath(dbPath string) string { return dbPath + ".secret" }
 
 // AppSecret returns the APP_SECRET of the embedded default, kept in SecretPath (mode 0600) beside
 // the database: read when the file exists (NewEngine moved a first-version database's secret
-// there), else generated (32 random bytes). When two openers race to create it, the first one's
-// wins and both return it. A secret file that others may read is refused, naming the file.
-func (e *Engine) AppSecret() ([]byte, error) {
+// there), else generated (32 random bytes, CreateAppSecret) for a database that records no
+// secret yet. A missing file beside a database that records one is ErrSecretFileMissing: it is
+// not replaced. A secret file that others may read is refused, naming the file.
+func (e *Engine) AppSecret(ctx context.Context) ([]byte, error) {
 	if e.secretPath == "" {
 		return nil, errors.New("an engine on a *sql.DB of the caller's keeps no generated secret: give APP_SECRET")
 	}
@@ -48,8 +63,43 @@ func (e *Engine) AppSecret() ([]byte, error) {
 	if !errors.Is(err, fs.ErrNotExist) {
 		return secret, err
 	}
+	switch records, err := e.recordsSecret(ctx); {
+	case err != nil:
+		return nil, err
+	case records:
+		return nil, fmt.Errorf("%w: %s", ErrSecretFileMissing, e.secretPath)
+	}
+	return e.CreateAppSecret()
+}
 
-	secret = make([]byte, secretLen)
+// recordsSecret says whether the database records the check value of a secret.
+func (e *Engine) recordsSecret(ctx context.Context) (bool, error) {
+	var exists bool
+	if err := e.db.QueryRowContext(ctx, recordsSecretSQL).Scan(&exists); err != nil {
+		return false, fmt.Errorf("error looking for the secret's check value: %w", interpretError(err))
+	}
+	if !exists {
+		return false, nil
+	}
+	_, err := dbsqlc.New().SecretCheckGet(ctx, e.db)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("error reading the secret's check value: %w", interpretError(err))
+	}
+	return true, nil
+}
+
+// CreateAppSecret generates the embedded default's secret (32 random bytes) into SecretPath
+// when the file does not exist, and returns the file's secret: the new one, or the one another
+// opener created first. `postguard secret reset` calls it for a database whose file was lost;
+// AppSecret, for a new database.
+func (e *Engine) CreateAppSecret() ([]byte, error) {
+	if e.secretPath == "" {
+		return nil, errors.New("an engine on a *sql.DB of the caller's keeps no generated secret: give APP_SECRET")
+	}
+	secret := make([]byte, secretLen)
 	_, _ = rand.Read(secret) // never fails, per crypto/rand
 	if err := writeSecret(e.secretPath, secret); err != nil && !errors.Is(err, fs.ErrExist) {
 		return nil, err

@@ -192,7 +192,9 @@ func (e *Engine) LockMigrations(context.Context) (func(), error) { return func()
 
 // MayRetry implements db.Engine: never. The engine's one connection is a file in the process,
 // not a session that can be lost; a busy or failing database is answered as such.
-func (e *Engine) MayRetry(context.Context, error, bool) bool { return false }
+func (e *Engine) MayRetry(ctx context.Context, _ error, _ bool) (context.Context, bool) {
+	return ctx, false
+}
 
 // Ready implements db.Engine: a write, in two transactions. It commits the heartbeat row: a
 // database another process holds past the busy timeout, or whose writes fail with an I/O error,

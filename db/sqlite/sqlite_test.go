@@ -87,16 +87,16 @@ func TestEngine_AppSecret(t *testing.T) {
 		engine, err := sqlite.NewEngine(ctx, path, nil)
 		require.NoError(t, err)
 
-		secret, err := engine.AppSecret()
+		secret, err := engine.AppSecret(t.Context())
 		require.NoError(t, err)
 		require.Len(t, secret, 32)
 
-		again, err := engine.AppSecret()
+		again, err := engine.AppSecret(t.Context())
 		require.NoError(t, err)
 		require.Equal(t, secret, again)
 		require.NoError(t, engine.Close())
 
-		reopened, err := dbtest.OpenSQLite(t, path).SQLite.AppSecret()
+		reopened, err := dbtest.OpenSQLite(t, path).SQLite.AppSecret(t.Context())
 		require.NoError(t, err)
 		require.Equal(t, secret, reopened)
 
@@ -110,9 +110,9 @@ func TestEngine_AppSecret(t *testing.T) {
 	t.Run("RandomPerDatabase", func(t *testing.T) {
 		t.Parallel()
 
-		secret1, err := dbtest.NewSQLite(t).SQLite.AppSecret()
+		secret1, err := dbtest.NewSQLite(t).SQLite.AppSecret(t.Context())
 		require.NoError(t, err)
-		secret2, err := dbtest.NewSQLite(t).SQLite.AppSecret()
+		secret2, err := dbtest.NewSQLite(t).SQLite.AppSecret(t.Context())
 		require.NoError(t, err)
 		require.NotEqual(t, secret1, secret2)
 	})
@@ -126,7 +126,7 @@ func TestEngine_AppSecret(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "postguard.db")
 		store := dbtest.OpenSQLite(t, path)
 		require.NoError(t, store.Migrate(ctx))
-		secret, err := store.SQLite.AppSecret()
+		secret, err := store.SQLite.AppSecret(t.Context())
 		require.NoError(t, err)
 		// Write something, so the WAL holds pages.
 		_, err = store.UserInsert(ctx, &db.UserInsertParams{Email: "ada@example.com", PasswordHash: "h", Now: time.Now()})
@@ -155,7 +155,7 @@ func TestEngine_AppSecret(t *testing.T) {
 
 		store := dbtest.OpenSQLite(t, path)
 		require.NoError(t, store.Migrate(ctx))
-		secret, err := store.SQLite.AppSecret()
+		secret, err := store.SQLite.AppSecret(t.Context())
 		require.NoError(t, err)
 		require.Equal(t, legacy, secret, "the same secret: links and rate-limit keys keep working")
 
@@ -166,6 +166,38 @@ func TestEngine_AppSecret(t *testing.T) {
 		require.NoError(t, store.CheckSchema(ctx))
 	})
 
+	// A database that records its secret's check value keeps that secret: a lost secret file is
+	// refused, never silently replaced, and only CreateAppSecret (postguard secret reset) makes
+	// a new one.
+	t.Run("LostSecretFileNotReplaced", func(t *testing.T) {
+		t.Parallel()
+
+		ctx := t.Context()
+		path := filepath.Join(t.TempDir(), "postguard.db")
+		store := dbtest.OpenSQLite(t, path)
+		secret, err := store.SQLite.AppSecret(ctx)
+		require.NoError(t, err)
+		require.NoError(t, store.Migrate(ctx))
+		_, err = store.SQLite.AppSecret(ctx)
+		require.NoError(t, err, "migrated, but no check value recorded yet: the file is read")
+		_, err = store.SecretCheckRecord(ctx, &db.SecretCheckParams{CheckValue: []byte("check"), Now: time.Now()})
+		require.NoError(t, err)
+
+		require.NoError(t, os.Remove(sqlite.SecretPath(path)))
+		_, err = store.SQLite.AppSecret(ctx)
+		require.ErrorIs(t, err, sqlite.ErrSecretFileMissing)
+		require.ErrorContains(t, err, sqlite.SecretPath(path))
+		require.NoFileExists(t, sqlite.SecretPath(path))
+
+		created, err := store.SQLite.CreateAppSecret()
+		require.NoError(t, err)
+		require.NotEqual(t, secret, created)
+		again, err := store.SQLite.AppSecret(ctx)
+		require.NoError(t, err)
+		require.Equal(t, created, again)
+		requireMode0600(t, sqlite.SecretPath(path))
+	})
+
 	t.Run("LooseSecretFileRefused", func(t *testing.T) {
 		t.Parallel()
 
@@ -173,11 +205,11 @@ func TestEngine_AppSecret(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "postguard.db")
 		store := dbtest.OpenSQLite(t, path)
 		require.NoError(t, store.Migrate(ctx))
-		_, err := store.SQLite.AppSecret()
+		_, err := store.SQLite.AppSecret(t.Context())
 		require.NoError(t, err)
 
 		require.NoError(t, os.Chmod(sqlite.SecretPath(path), 0o644))
-		_, err = store.SQLite.AppSecret()
+		_, err = store.SQLite.AppSecret(t.Context())
 		require.ErrorContains(t, err, sqlite.SecretPath(path))
 		require.ErrorContains(t, err, "chmod 600")
 	})

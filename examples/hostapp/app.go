@@ -40,10 +40,15 @@ var errEmailTaken = errors.New("an account uses this email already")
 const (
 	// actionSignUp caps sign-ups per client IP (the Gin middleware spends it per request).
 	actionSignUp abuse.Action = "signup"
-	// actionLogin counts failed logins per client IP (password spraying across accounts) and per
-	// account (credential stuffing on one), the failure-counting pattern's.
+	// actionLogin counts login attempts per client IP (password spraying across accounts) and per
+	// account (guessing one account's password), spent before the password is checked; a success
+	// is cleared and refunded, and the browser becomes a trusted device of the account.
 	actionLogin abuse.Action = "login"
 )
+
+// maxBodyBytes bounds a request's body: a login or a sign-up is a few hundred bytes, and a body
+// read whole into memory is a way to exhaust it.
+const maxBodyBytes = 64 << 10
 
 // DefaultRules are the app's limits; RATE_LIMIT_<ACTION>_<SCOPE> variables override them.
 func DefaultRules() abuse.Rules {
@@ -68,6 +73,9 @@ type Config struct {
 	Logger *slog.Logger
 	// BcryptCost is the password hashes' cost; bcrypt.DefaultCost when zero.
 	BcryptCost int
+	// ComparePasswordFunc checks a password against its hash; bcrypt.CompareHashAndPassword when
+	// nil. Tests count the checks through it.
+	ComparePasswordFunc func(hash, password []byte) error
 	// NowFunc is the limiter's clock; time.Now when nil.
 	NowFunc func() time.Time
 }
@@ -82,12 +90,14 @@ type App struct {
 	Router *gin.Engine
 	River  riverClient
 
-	db     database
-	tables db.Tables
-	guard  *ginlimit.Guard
-	secret []byte
-	cost   int
-	logger *slog.Logger
+	db      database
+	tables  db.Tables
+	guard   *ginlimit.Guard
+	limiter *abuse.Limiter
+	secret  []byte
+	cost    int
+	compare func(hash, password []byte) error
+	logger  *slog.Logger
 	// unknownHash is compared against for an email without an account, so that its login costs
 	// a hash too.
 	unknownHash []byte
@@ -171,14 +181,20 @@ func newApp(config *Config, tables db.Tables, d database, newRiver func(workers 
 		db:          d,
 		tables:      tables,
 		guard:       ginlimit.New(limiter, &ginlimit.Config{Logger: logger}),
+		limiter:     limiter,
 		secret:      config.Secret,
 		cost:        cost,
+		compare:     config.ComparePasswordFunc,
 		logger:      logger,
 		unknownHash: unknownHash,
+	}
+	if a.compare == nil {
+		a.compare = bcrypt.CompareHashAndPassword
 	}
 
 	gin.SetMode(gin.ReleaseMode)
 	router := gin.New()
+	router.Use(limitBody)
 	router.POST("/signup", a.guard.Limit(actionSignUp, nil), a.signUp)
 	router.POST("/login", a.login)
 	router.POST("/v1/unsubscribe", a.unsubscribe) // the welcome mail's one-click link
@@ -213,10 +229,26 @@ type credentials struct {
 	Name     string `json:"name"`
 }
 
-// readCredentials reads the body; false once it answered 400 or 422.
+// limitBody caps every request's body at maxBodyBytes: one that says it is longer is refused
+// unread (413), and any other is cut off there, so no body is ever read whole into memory.
+func limitBody(c *gin.Context) {
+	if c.Request.ContentLength > maxBodyBytes {
+		c.AbortWithStatusJSON(http.StatusRequestEntityTooLarge, gin.H{"error": "the body is too large"})
+		return
+	}
+	c.Request.Body = http.MaxBytesReader(c.Writer, c.Request.Body, maxBodyBytes)
+	c.Next()
+}
+
+// readCredentials reads the body; false once it answered 400, 413 or 422.
 func readCredentials(c *gin.Context) (credentials, bool) {
 	var req credentials
 	if err := json.NewDecoder(c.Request.Body).Decode(&req); err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			c.JSON(http.StatusRequestEntityTooLarge, gin.H{"error": "the body is too large"})
+			return req, false
+		}
 		c.JSON(http.StatusBadRequest, gin.H{"error": "the body must be a JSON object"})
 		return req, false
 	}
@@ -254,17 +286,21 @@ func (a *App) signUp(c *gin.Context) {
 	}
 }
 
-// login counts failures only: peek before checking the password (an exhausted account or IP is
-// refused even with the right one), spend on a wrong one, clear the account's failures on a
-// right one. Unknown emails count like wrong passwords and take as long, so the answers do not
-// tell which emails have accounts.
+// login spends first: one attempt of the account (and of the client's IP) is counted before the
+// password is checked, and a refusal (429) checks nothing, so at most the account's limit of
+// passwords is ever checked per window, however many guesses arrive at once. On a right password
+// it clears the account's failures (the device's own, when the browser is a trusted device),
+// refunds the IP (a success costs a client nothing) and makes the browser a trusted device: from
+// then on its attempts count in a bucket of its own, so guessers who lock the account lock it for
+// everyone but the owner's known browsers. Unknown emails count like wrong passwords and take as
+// long, so the answers do not tell which emails have accounts.
 func (a *App) login(c *gin.Context) {
 	req, ok := readCredentials(c)
 	if !ok {
 		return
 	}
-	subject := a.guard.Subject(c, abuse.Subject{Key: req.Email})
-	if !a.guard.Peek(c, actionLogin, subject) {
+	subject := a.guard.Subject(c, abuse.Subject{Key: req.Email, Device: a.guard.Device(c, actionLogin)})
+	if !a.guard.Spend(c, actionLogin, subject) {
 		return
 	}
 
@@ -276,15 +312,21 @@ func (a *App) login(c *gin.Context) {
 	if id == 0 {
 		hash = a.unknownHash
 	}
-	if bcrypt.CompareHashAndPassword(hash, []byte(req.Password)) != nil || id == 0 {
-		if a.guard.Spend(c, actionLogin, subject) {
-			c.JSON(http.StatusUnauthorized, gin.H{"error": "wrong email or password"})
-		}
+	if a.compare(hash, []byte(req.Password)) != nil || id == 0 {
+		c.JSON(http.StatusUnauthorized, gin.H{"error": "wrong email or password"})
 		return
 	}
-	if a.guard.Clear(c, actionLogin, abuse.Subject{Key: subject.Key}) { // not the IP's failures
+	if a.guard.Clear(c, actionLogin, abuse.Subject{Key: req.Email, Device: subject.Device}) &&
+		a.guard.Refund(c, actionLogin, abuse.Subject{IP: subject.IP}) &&
+		a.guard.IssueDevice(c, actionLogin, req.Email) {
 		c.JSON(http.StatusOK, gin.H{"id": id})
 	}
+}
+
+// RevokeDevices forgets every trusted browser of the account with email, at once in every
+// process: a password change, or a "sign out everywhere", calls it.
+func (a *App) RevokeDevices(ctx context.Context, email string) error {
+	return a.limiter.RevokeDevices(ctx, actionLogin, email)
 }
 
 // unsubscribe is the one-click unsubscribe of the welcome mail (RFC 8058): the signed token of

@@ -1,8 +1,12 @@
 // Command hostapp is a small Gin app that uses postguard as a Go library, in its own process,
 // on its own database (PostgreSQL or SQLite) and accounts table: postguard's limiter guards its
-// sign-up (Gin middleware) and its login (the failure-counting pattern), and postguard's mail
-// jobs run on its own River client, the welcome job inserted in the transaction that creates the
-// account. See README.md, "Using it as a library".
+// sign-up (Gin middleware) and its login (spent before the password is checked, a success
+// refunded, the browser then a trusted device), and postguard's mail jobs run on its own River
+// client, the welcome job inserted in the transaction that creates the account. Request bodies
+// are capped and the server cuts off slow clients. See README.md, "Using it as a library".
+//
+// The trusted-device cookie is __Host- prefixed and Secure: browsers keep it over HTTPS, and on
+// http://localhost.
 //
 //	DATABASE_URL=postgres://… APP_SECRET=$(openssl rand -hex 32) go run ./examples/hostapp
 //	DATABASE_URL=sqlite://hostapp.db APP_SECRET=$(openssl rand -hex 32) go run ./examples/hostapp
@@ -93,7 +97,7 @@ func run(ctx context.Context, environ []string) error {
 	if err := app.River.Start(ctx); err != nil {
 		return err
 	}
-	server := &http.Server{Addr: cmp.Or(os.Getenv("HTTP_ADDR"), ":8081"), Handler: app.Router, ReadHeaderTimeout: 5 * time.Second}
+	server := newServer(cmp.Or(os.Getenv("HTTP_ADDR"), ":8081"), app.Router)
 	go func() {
 		<-ctx.Done()
 		shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
@@ -109,4 +113,17 @@ func run(ctx context.Context, environ []string) error {
 		return errors.Join(serveErr, stopErr)
 	}
 	return stopErr
+}
+
+// newServer is the app's HTTP server on addr: a client that sends its headers or body slowly, or
+// holds an idle connection, is cut off, so a few slow clients cannot hold every connection.
+func newServer(addr string, handler http.Handler) *http.Server {
+	return &http.Server{
+		Addr:              addr,
+		Handler:           handler,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       15 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       60 * time.Second,
+	}
 }

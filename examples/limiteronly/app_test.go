@@ -137,14 +137,14 @@ func TestMigrate(t *testing.T) {
 			t.Parallel()
 
 			b := setup(t)
-			// postguard's counters and its own goose table, beside the app's users and
-			// goose_db_version: nothing else of postguard's, no River.
-			require.Equal(t, []string{"goose_db_version", "postguard_limiter_db_version", "rate_limit_counters", "users"},
+			// postguard's counters (and its trusted devices' revocations) and its own goose table,
+			// beside the app's users and goose_db_version: nothing else of postguard's, no River.
+			require.Equal(t, []string{"goose_db_version", "postguard_limiter_db_version", "rate_limit_counters", "rate_limit_device_revocations", "users"},
 				b.strings(t, b.tablesQuery))
 
 			// The app's goose history is its own: version 0 and its one migration.
 			require.Equal(t, []string{"0", "1"}, b.strings(t, "SELECT version_id FROM goose_db_version ORDER BY id"))
-			require.Equal(t, []string{"0", "1"}, b.strings(t, "SELECT version_id FROM postguard_limiter_db_version ORDER BY id"))
+			require.Equal(t, []string{"0", "1", "2"}, b.strings(t, "SELECT version_id FROM postguard_limiter_db_version ORDER BY id"))
 
 			// Both migrate again as nothing: the app's and postguard's.
 			ctx := t.Context()

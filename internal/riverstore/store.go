@@ -153,8 +153,10 @@ func (s *store[TTx]) InTx(ctx context.Context, fn func(ctx context.Context, tx T
 // whose answer was lost may have committed.
 func (s *store[TTx]) JobInsert(ctx context.Context, args river.JobArgs, opts *river.InsertOpts) (*rivertype.JobInsertResult, error) {
 	res, err := s.client.Insert(ctx, args, opts)
-	if err != nil && s.engine.MayRetry(ctx, err, false) {
-		res, err = s.client.Insert(ctx, args, opts)
+	if err != nil {
+		if retryCtx, ok := s.engine.MayRetry(ctx, err, false); ok {
+			res, err = s.client.Insert(retryCtx, args, opts)
+		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("error inserting %s job: %w", args.Kind(), s.engine.InterpretError(err))

@@ -23,25 +23,26 @@ func TestClassify(t *testing.T) {
 		err  error
 		want Outcome
 	}{
-		{"RateLimitRetryAfter", &ProviderError{StatusCode: 429, Name: "rate_limit_exceeded", RetryAfter: 3 * time.Second}, Outcome{Action: ActionSnooze, SnoozeFor: 3 * time.Second}},
-		{"RateLimitNoRetryAfter", &ProviderError{StatusCode: 429}, Outcome{Action: ActionSnooze, SnoozeFor: DefaultRateLimitSnooze}},
-		{"QuotaExceeded", &ProviderError{StatusCode: 429, Name: "daily_quota_exceeded", RetryAfter: time.Hour}, Outcome{Action: ActionSnooze, SnoozeFor: time.Hour}},
-		{"ConcurrentIdempotentRequests", &ProviderError{StatusCode: 409, Name: ErrorNameConcurrentIdempotentRequests}, Outcome{Action: ActionSnooze, SnoozeFor: ConcurrentIdempotencySnooze}},
+		{"RateLimitRetryAfter", &ProviderError{StatusCode: 429, Name: "rate_limit_exceeded", RetryAfter: 3 * time.Second}, Outcome{Action: ActionSnooze, SnoozeFor: 3 * time.Second, Outage: true}},
+		{"RateLimitNoRetryAfter", &ProviderError{StatusCode: 429}, Outcome{Action: ActionSnooze, SnoozeFor: DefaultRateLimitSnooze, Outage: true}},
+		{"QuotaExceeded", &ProviderError{StatusCode: 429, Name: "daily_quota_exceeded", RetryAfter: time.Hour}, Outcome{Action: ActionSnooze, SnoozeFor: time.Hour, Outage: true}},
+		{"ConcurrentIdempotentRequests", &ProviderError{StatusCode: 409, Name: ErrorNameConcurrentIdempotentRequests}, Outcome{Action: ActionSnooze, SnoozeFor: ConcurrentIdempotencySnooze, MaybeAccepted: true}},
 		{"InvalidIdempotentRequest", &ProviderError{StatusCode: 409, Name: ErrorNameInvalidIdempotentRequest}, Outcome{Action: ActionCancel}},
 		{"ConflictOther", &ProviderError{StatusCode: 409, Name: "other"}, Outcome{Action: ActionCancel}},
 		{"ValidationError", &ProviderError{StatusCode: 422, Name: "validation_error"}, Outcome{Action: ActionCancel}},
 		{"BadRequest", &ProviderError{StatusCode: 400, Name: "invalid_idempotency_key"}, Outcome{Action: ActionCancel}},
 		{"Unauthorized", &ProviderError{StatusCode: 401, Name: "missing_api_key"}, Outcome{Action: ActionCancel}},
 		{"Forbidden", &ProviderError{StatusCode: 403, Name: "invalid_api_key"}, Outcome{Action: ActionCancel}},
-		{"InternalServerError", &ProviderError{StatusCode: 500, Name: "internal_server_error"}, Outcome{Action: ActionRetry}},
-		{"ServiceUnavailable", &ProviderError{StatusCode: 503}, Outcome{Action: ActionRetry}},
+		{"InternalServerError", &ProviderError{StatusCode: 500, Name: "internal_server_error"}, Outcome{Action: ActionRetry, Outage: true}},
+		{"ServiceUnavailable", &ProviderError{StatusCode: 503}, Outcome{Action: ActionRetry, Outage: true}},
 		{"Wrapped", wrap(&ProviderError{StatusCode: 422}), Outcome{Action: ActionCancel}},
 		{"InvalidMessage", wrap(ErrInvalidMessage), Outcome{Action: ActionCancel}},
-		{"ResendRateLimitError", &resend.RateLimitError{RetryAfter: "7"}, Outcome{Action: ActionSnooze, SnoozeFor: 7 * time.Second}},
-		{"NetworkError", wrap(&net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")}), Outcome{Action: ActionRetry}},
-		{"Timeout", wrap(context.DeadlineExceeded), Outcome{Action: ActionRetry}},
-		{"Canceled", wrap(context.Canceled), Outcome{Action: ActionRetry}},
-		{"Unknown", errors.New("something else"), Outcome{Action: ActionRetry}},
+		{"ResendRateLimitError", &resend.RateLimitError{RetryAfter: "7"}, Outcome{Action: ActionSnooze, SnoozeFor: 7 * time.Second, Outage: true}},
+		{"NetworkError", wrap(&net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")}), Outcome{Action: ActionRetry, Outage: true, MaybeAccepted: true}},
+		{"Unsent", fmt.Errorf("error sending email: %w: %w", ErrUnsent, &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")}), Outcome{Action: ActionRetry, Outage: true}},
+		{"Timeout", wrap(context.DeadlineExceeded), Outcome{Action: ActionRetry, Outage: true, MaybeAccepted: true}},
+		{"Canceled", wrap(context.Canceled), Outcome{Action: ActionRetry, Outage: true, MaybeAccepted: true}},
+		{"Unknown", errors.New("something else"), Outcome{Action: ActionRetry, Outage: true, MaybeAccepted: true}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
@@ -49,6 +50,56 @@ func TestClassify(t *testing.T) {
 			require.Equal(t, tt.want, Classify(tt.err))
 		})
 	}
+}
+
+func TestClassify_SMTP(t *testing.T) {
+	t.Parallel()
+
+	const id = "<0123@example.com>"
+	reply := func(phase SMTPPhase, code int, enhanced string) error {
+		return fmt.Errorf("error in job: %w", &SMTPError{Phase: phase, Code: code, EnhancedCode: enhanced, MessageID: id})
+	}
+	lost := func(phase SMTPPhase) error {
+		return &SMTPError{Phase: phase, MessageID: id, cause: errors.New("connection reset by peer")}
+	}
+	retry := Outcome{Action: ActionRetry, Outage: true}
+	for _, tt := range []struct {
+		name string
+		err  error
+		want Outcome
+	}{
+		{"ConnectRefused", lost(SMTPPhaseConnect), retry},
+		{"Greeting421", reply(SMTPPhaseConnect, 421, "4.3.2"), retry},
+		{"AuthFailed", reply(SMTPPhaseConnect, 535, "5.7.8"), retry},
+		{"MailFromTemporary", reply(SMTPPhaseMailFrom, 451, ""), retry},
+		{"MailFromRefused", reply(SMTPPhaseMailFrom, 553, "5.7.1"), retry},
+		{"RcptTemporary", reply(SMTPPhaseRcptTo, 450, "4.2.1"), retry},
+		{"RcptUnknownUser", reply(SMTPPhaseRcptTo, 550, "5.1.1"), Outcome{Action: ActionCancel, Bounce: &Bounce{Detail: "SMTP 550 5.1.1", EmailID: id}}},
+		{"RcptNoEnhancedCode", reply(SMTPPhaseRcptTo, 550, ""), Outcome{Action: ActionCancel, Bounce: &Bounce{Detail: "SMTP 550", EmailID: id}}},
+		{"RcptRelayDenied", reply(SMTPPhaseRcptTo, 554, "5.7.1"), retry},
+		{"DataTemporary", reply(SMTPPhaseData, 451, ""), retry},
+		{"DataRefused", reply(SMTPPhaseData, 554, "5.3.4"), Outcome{Action: ActionCancel}},
+		{"DataLostBeforeEnd", lost(SMTPPhaseData), retry},
+		{"EndOfDataTemporary", reply(SMTPPhaseEndOfData, 452, "4.3.1"), retry},
+		{"EndOfDataRefused", reply(SMTPPhaseEndOfData, 550, "5.7.1"), Outcome{Action: ActionCancel}},
+		{"EndOfDataLost", lost(SMTPPhaseEndOfData), Outcome{Action: ActionRetry, Outage: true, MaybeAccepted: true}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+
+			require.Equal(t, tt.want, Classify(tt.err))
+		})
+	}
+}
+
+func TestSMTPError_Error(t *testing.T) {
+	t.Parallel()
+
+	require.Equal(t, "SMTP RCPT TO answered 550 5.1.1", (&SMTPError{Phase: SMTPPhaseRcptTo, Code: 550, EnhancedCode: "5.1.1"}).Error())
+	require.Equal(t, "SMTP DATA answered 451", (&SMTPError{Phase: SMTPPhaseData, Code: 451}).Error())
+	err := &SMTPError{Phase: SMTPPhaseEndOfData, cause: fmt.Errorf("%w: closing SMTP DATA writer", context.Canceled)}
+	require.Equal(t, "SMTP end of data: no reply: context canceled: closing SMTP DATA writer", err.Error())
+	require.ErrorIs(t, err, context.Canceled, "a cut-short send stays recognisable")
 }
 
 func TestAction_String(t *testing.T) {

@@ -2,10 +2,12 @@
 // delivery provider.
 //
 // A Sender delivers one Message. ResendSender talks to Resend through the
-// official resend-go client and reports every failure in a form Classify can
-// turn into a job decision (retry, snooze or cancel); LogSender prints mail to
-// the process log for development and keeps the last ones in an Outbox for
-// /dev/mail. A Renderer builds each mail's subject, HTML and plain-text bodies
+// official resend-go client, and SMTPSender to any SMTP server through
+// go-mail; both report every failure in a form Classify can turn into a job
+// decision (retry, snooze or cancel; whether the provider is down, whether it
+// may have the mail anyway, whether the recipient is refused). LogSender
+// prints mail to the process log for development and keeps the last ones in
+// an Outbox for /dev/mail. A Renderer builds each mail's subject, HTML and plain-text bodies
 // from the built-in templates (English, branded with APP_NAME) and an
 // operator's templates directory, in the locale that best matches the user's.
 package mail

@@ -8,8 +8,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/resend/resend-go/v2"
@@ -115,7 +117,8 @@ func NewResendSender(config *ResendConfig) (*ResendSender, error) {
 //
 // An error answer is returned as a *ProviderError; a network error or timeout
 // is returned wrapped as the HTTP client reported it (so a cancelled ctx stays
-// recognisable with errors.Is(err, context.Canceled)). A message without a
+// recognisable with errors.Is(err, context.Canceled)), with ErrUnsent when it
+// came before the request's headers were written. A message without a
 // recipient or idempotency key gives ErrInvalidMessage, nothing sent.
 func (s *ResendSender) Send(ctx context.Context, msg *Message) (string, error) {
 	if msg == nil || strings.TrimSpace(msg.To) == "" {
@@ -130,6 +133,9 @@ func (s *ResendSender) Send(ctx context.Context, msg *Message) (string, error) {
 
 	capture := &responseCapture{}
 	ctx = context.WithValue(ctx, captureContextKey{}, capture)
+	// From the moment the request's headers are written, Resend may act on it: a failure before
+	// then sent nothing (ErrUnsent), and another provider may take the mail.
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteHeaders: func() { capture.wrote.Store(true) }})
 
 	params := &resend.SendEmailRequest{
 		From:    s.from,
@@ -146,6 +152,9 @@ func (s *ResendSender) Send(ctx context.Context, msg *Message) (string, error) {
 
 	if capture.statusCode != 0 && (capture.statusCode < 200 || capture.statusCode >= 300) {
 		return "", capture.providerError(time.Now())
+	}
+	if !capture.wrote.Load() {
+		return "", fmt.Errorf("error sending email through Resend: %w: %w", ErrUnsent, err)
 	}
 	return "", fmt.Errorf("error sending email through Resend: %w", err)
 }
@@ -174,11 +183,12 @@ type captureContextKey struct{}
 
 // responseCapture is what captureTransport records of one send's answer. It
 // belongs to one Send call: written by the transport before Do returns, read
-// by Send after, so it needs no lock.
+// by Send after, so it needs no lock; wrote is set by the transport's writer.
 type responseCapture struct {
 	body       []byte
 	retryAfter string
 	statusCode int
+	wrote      atomic.Bool
 }
 
 func (c *responseCapture) providerError(now time.Time) *ProviderError {

@@ -132,13 +132,13 @@ func TestResendSender_Send(t *testing.T) {
 			{
 				name:           "RateLimited",
 				response:       resendfake.Response{Status: 429, Name: "rate_limit_exceeded", RetryAfter: 3 * time.Second},
-				wantOutcome:    Outcome{Action: ActionSnooze, SnoozeFor: 3 * time.Second},
+				wantOutcome:    Outcome{Action: ActionSnooze, SnoozeFor: 3 * time.Second, Outage: true},
 				wantRetryAfter: 3 * time.Second,
 			},
 			{
 				name:        "ConcurrentIdempotentRequests",
 				response:    resendfake.Response{Status: 409, Name: "concurrent_idempotent_requests"},
-				wantOutcome: Outcome{Action: ActionSnooze, SnoozeFor: ConcurrentIdempotencySnooze},
+				wantOutcome: Outcome{Action: ActionSnooze, SnoozeFor: ConcurrentIdempotencySnooze, MaybeAccepted: true},
 			},
 			{
 				name:        "InvalidIdempotentRequest",
@@ -153,7 +153,7 @@ func TestResendSender_Send(t *testing.T) {
 			{
 				name:        "InternalServerError",
 				response:    resendfake.Response{Status: 500, Name: "internal_server_error"},
-				wantOutcome: Outcome{Action: ActionRetry},
+				wantOutcome: Outcome{Action: ActionRetry, Outage: true},
 			},
 		} {
 			t.Run(tt.name, func(t *testing.T) {
@@ -198,7 +198,7 @@ func TestResendSender_Send(t *testing.T) {
 
 		_, err := bundle.sender.Send(t.Context(), testMessage("k1"))
 		_ = requireProviderError(t, err, http.StatusConflict, "concurrent_idempotent_requests")
-		require.Equal(t, Outcome{Action: ActionSnooze, SnoozeFor: ConcurrentIdempotencySnooze}, Classify(err))
+		require.Equal(t, Outcome{Action: ActionSnooze, SnoozeFor: ConcurrentIdempotencySnooze, MaybeAccepted: true}, Classify(err))
 
 		close(release)
 		require.NoError(t, <-firstErr)
@@ -218,7 +218,7 @@ func TestResendSender_Send(t *testing.T) {
 		require.ErrorIs(t, err, context.Canceled, "shutdown must stay recognisable")
 		_, isProviderErr := errors.AsType[*ProviderError](err)
 		require.False(t, isProviderErr)
-		require.Equal(t, Outcome{Action: ActionRetry}, Classify(err))
+		require.Equal(t, Outcome{Action: ActionRetry, Outage: true, MaybeAccepted: true}, Classify(err), "the request reached the provider")
 	})
 
 	t.Run("IdempotentRetry", func(t *testing.T) {
@@ -230,7 +230,8 @@ func TestResendSender_Send(t *testing.T) {
 
 		_, err := bundle.sender.Send(t.Context(), testMessage("k1"))
 		require.Error(t, err)
-		require.Equal(t, Outcome{Action: ActionRetry}, Classify(err))
+		require.NotErrorIs(t, err, ErrUnsent)
+		require.Equal(t, Outcome{Action: ActionRetry, Outage: true, MaybeAccepted: true}, Classify(err), "the answer was lost")
 
 		_, err = bundle.sender.Send(t.Context(), testMessage("k1"))
 		require.NoError(t, err)
@@ -291,7 +292,9 @@ func TestResendSender_Send(t *testing.T) {
 		require.Error(t, err)
 		_, isProviderErr := errors.AsType[*ProviderError](err)
 		require.False(t, isProviderErr, "a network error is not a provider answer")
-		require.Equal(t, Outcome{Action: ActionRetry}, Classify(err))
+		// The connection was refused: nothing reached the provider, so another may take the mail.
+		require.ErrorIs(t, err, ErrUnsent)
+		require.Equal(t, Outcome{Action: ActionRetry, Outage: true}, Classify(err))
 	})
 
 	t.Run("NonJSONErrorBody", func(t *testing.T) {
@@ -311,7 +314,7 @@ func TestResendSender_Send(t *testing.T) {
 		providerErr, ok := errors.AsType[*ProviderError](err)
 		require.True(t, ok)
 		require.Equal(t, &ProviderError{StatusCode: http.StatusBadGateway, Message: "Bad Gateway"}, providerErr)
-		require.Equal(t, Outcome{Action: ActionRetry}, Classify(err))
+		require.Equal(t, Outcome{Action: ActionRetry, Outage: true}, Classify(err))
 	})
 
 	t.Run("RateLimitFromFake", func(t *testing.T) {
@@ -324,7 +327,7 @@ func TestResendSender_Send(t *testing.T) {
 		_, err = bundle.sender.Send(t.Context(), testMessage("k2"))
 		providerErr := requireProviderError(t, err, http.StatusTooManyRequests, "rate_limit_exceeded")
 		require.Equal(t, time.Second, providerErr.RetryAfter)
-		require.Equal(t, Outcome{Action: ActionSnooze, SnoozeFor: time.Second}, Classify(err))
+		require.Equal(t, Outcome{Action: ActionSnooze, SnoozeFor: time.Second, Outage: true}, Classify(err))
 	})
 
 	t.Run("Timeout", func(t *testing.T) {
@@ -340,7 +343,7 @@ func TestResendSender_Send(t *testing.T) {
 		require.ErrorIs(t, err, context.DeadlineExceeded)
 		_, isProviderErr := errors.AsType[*ProviderError](err)
 		require.False(t, isProviderErr)
-		require.Equal(t, Outcome{Action: ActionRetry}, Classify(err))
+		require.Equal(t, Outcome{Action: ActionRetry, Outage: true, MaybeAccepted: true}, Classify(err))
 	})
 
 	t.Run("ConcurrentSendsGetOwnAnswers", func(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -66,8 +67,11 @@ func CheckResendWebhookSecret(secret string) error {
 // (headers svix-id, svix-timestamp, svix-signature) over the raw body, with resend-go's own
 // verifier. A delivery passes when any of the signature's "v1," entries matches (Svix signs with
 // the old and the new secret for a while after a rotation) and its timestamp is within five
-// minutes of this machine's clock, so a captured delivery cannot be replayed later. It is safe
-// for concurrent use.
+// minutes of this machine's clock, so a captured delivery cannot be replayed later. The headers
+// must have Svix's syntax, which resend-go reads more leniently: only "v1," entries are handed
+// to it (it would compare whatever follows the first comma of "v1a,", "v2," or ","), and
+// svix-timestamp must be decimal seconds as Svix writes them (it would take "+1700000000" or
+// "01700000000"). It is safe for concurrent use.
 type ResendWebhookVerifier struct {
 	secret   string
 	webhooks resend.WebhooksSvc
@@ -91,12 +95,20 @@ func (v *ResendWebhookVerifier) Verify(header http.Header, body []byte) (string,
 	if len(id) > maxWebhookIDBytes {
 		return "", fmt.Errorf("%w: svix-id longer than %d bytes", ErrWebhookSignature, maxWebhookIDBytes)
 	}
+	timestamp := header.Get("svix-timestamp")
+	if !decimalSeconds(timestamp) {
+		return "", fmt.Errorf("%w: svix-timestamp is not decimal seconds", ErrWebhookSignature)
+	}
+	signatures := v1Signatures(header.Get("svix-signature"))
+	if signatures == "" {
+		return "", fmt.Errorf(`%w: svix-signature has no "v1," entry`, ErrWebhookSignature)
+	}
 	err := v.webhooks.Verify(&resend.VerifyWebhookOptions{
 		Payload: string(body),
 		Headers: resend.WebhookHeaders{
 			Id:        id,
-			Timestamp: header.Get("svix-timestamp"),
-			Signature: header.Get("svix-signature"),
+			Timestamp: timestamp,
+			Signature: signatures,
 		},
 		WebhookSecret: v.secret,
 	})
@@ -104,6 +116,34 @@ func (v *ResendWebhookVerifier) Verify(header http.Header, body []byte) (string,
 		return "", fmt.Errorf("%w: %w", ErrWebhookSignature, err)
 	}
 	return id, nil
+}
+
+// decimalSeconds says s is a svix-timestamp as Svix writes it: Unix seconds in decimal, without
+// sign, spaces or leading zeros, that fit an int64.
+func decimalSeconds(s string) bool {
+	if s == "" || s[0] == '0' && s != "0" {
+		return false
+	}
+	for i := range len(s) {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	_, err := strconv.ParseInt(s, 10, 64)
+	return err == nil
+}
+
+// v1Signatures keeps the "v1," entries of a svix-signature header (space-separated, as Svix
+// writes them; empty entries between doubled spaces are skipped, as Svix skips them), and
+// drops every other: another version's signature is not ours to check.
+func v1Signatures(header string) string {
+	var entries []string
+	for entry := range strings.SplitSeq(header, " ") {
+		if sig, ok := strings.CutPrefix(entry, "v1,"); ok && sig != "" {
+			entries = append(entries, entry)
+		}
+	}
+	return strings.Join(entries, " ")
 }
 
 // ResendEvent is a Resend webhook event, the fields postguard reads of it. Resend sends

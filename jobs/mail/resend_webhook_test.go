@@ -127,6 +127,61 @@ func TestResendWebhookVerifier_Verify(t *testing.T) {
 		}
 	})
 
+	// Svix's syntax, and no more: a signature entry counts only as "v1," and its base64 (other
+	// versions are not ours to read, and a bare or unversioned entry is no signature), and
+	// svix-timestamp is decimal seconds as Svix writes it. Each delivery here is signed with the
+	// right secret over exactly the headers it carries, so only the syntax can refuse it.
+	t.Run("Syntax", func(t *testing.T) {
+		t.Parallel()
+
+		fake, verifier := setup(t)
+		webhook := fake.Event(delivery, resendfake.EventDelivered, nil)
+		ts := strconv.FormatInt(webhook.SignedAt.Unix(), 10)
+		signed := func(t *testing.T, timestamp string) string {
+			t.Helper()
+			entry, err := resendfake.SignWebhookHeader(fake.WebhookSecret(), webhook.ID, timestamp, webhook.Body)
+			require.NoError(t, err)
+			return strings.TrimPrefix(entry, "v1,")
+		}
+		sig := signed(t, ts)
+		for _, tt := range []struct {
+			name, timestamp, signature string
+			ok                         bool
+		}{
+			{"V1", ts, "v1," + sig, true},
+			{"V1AmongOthers", ts, "v1a," + sig + " v2,AAAA v1," + sig, true},
+			{"ExtraSpaces", ts, "  v1," + sig + "  ", true},
+			{"V1a", ts, "v1a," + sig, false},
+			{"V2", ts, "v2," + sig, false},
+			{"UpperCaseV1", ts, "V1," + sig, false},
+			{"NoVersion", ts, "," + sig, false},
+			{"Bare", ts, sig, false},
+			{"CommaAlone", ts, ",", false},
+			{"V1Empty", ts, "v1,", false},
+			{"V1WithMore", ts, "v1," + sig + ",x", false},
+			{"PlusTimestamp", "+" + ts, "v1," + signed(t, "+"+ts), false},
+			{"LeadingZeros", "000" + ts, "v1," + signed(t, "000"+ts), false},
+			{"LeadingSpace", " " + ts, "v1," + signed(t, " "+ts), false},
+			{"TrailingSpace", ts + " ", "v1," + signed(t, ts+" "), false},
+			{"Fraction", ts + ".0", "v1," + signed(t, ts+".0"), false},
+			{"Exponent", "1.7e9", "v1," + signed(t, "1.7e9"), false},
+			{"Hex", "0x" + strconv.FormatInt(webhook.SignedAt.Unix(), 16), "v1," + signed(t, "0x"+strconv.FormatInt(webhook.SignedAt.Unix(), 16)), false},
+			{"Empty", "", "v1," + signed(t, ""), false},
+		} {
+			t.Run(tt.name, func(t *testing.T) {
+				h := headers(t, fake, webhook)
+				h.Set("svix-timestamp", tt.timestamp)
+				h["Svix-Signature"] = []string{tt.signature} // as written, spaces included
+				_, err := verifier.Verify(h, webhook.Body)
+				if tt.ok {
+					require.NoError(t, err)
+				} else {
+					require.ErrorIs(t, err, ErrWebhookSignature)
+				}
+			})
+		}
+	})
+
 	t.Run("Stale", func(t *testing.T) {
 		t.Parallel()
 

@@ -104,70 +104,140 @@ func (e Expiry) Hours() int64 { return int64(time.Duration(e) / time.Hour) }
 // Minutes is e in whole minutes, rounded up.
 func (e Expiry) Minutes() int64 { return int64((time.Duration(e) + time.Minute - 1) / time.Minute) }
 
-// view is what the templates see. html/template escapes every field for its context (text,
+// view is what the mail templates see. html/template escapes every field for its context (text,
 // attribute, URL); text/template prints them as they are.
 type view struct {
-	AppName        string
-	AppURL         string
+	brand
 	Name           string
 	ActionURL      string
 	ExpiresIn      Expiry
 	UnsubscribeURL string
-	Locale         string
 	// Subject is the rendered subject (the text template's "subject"), for the HTML <title>.
 	Subject string
 }
 
-// templateIdents are the names a template may use after a dot: view's fields and Expiry's
-// methods. Anything else is a typo that would fail only when its branch runs.
-var templateIdents = func() map[string]bool { //nolint:gochecknoglobals // computed once from the types
+// brand is what every mail and page shows of the product (from the RendererConfig), and the
+// locale it is rendered in.
+type brand struct {
+	AppName  string
+	AppURL   string
+	LoginURL string
+	// BrandColor is the colour of buttons and links (#rrggbb); BrandTextColor the colour of text
+	// on it, white or black, whichever contrasts more (textColorOn).
+	BrandColor     string
+	BrandTextColor string
+	// LogoURL is APP_LOGO_URL, "" for none.
+	LogoURL string
+	Locale  string
+}
+
+// identsOf returns the names a template may use after a dot: the exported fields of the types
+// (those of embedded structs included) and their methods.
+func identsOf(types ...reflect.Type) map[string]bool {
 	idents := map[string]bool{}
-	viewType := reflect.TypeFor[view]()
-	for i := range viewType.NumField() {
-		idents[viewType.Field(i).Name] = true
-	}
-	expiryType := reflect.TypeFor[Expiry]()
-	for i := range expiryType.NumMethod() {
-		idents[expiryType.Method(i).Name] = true
+	for _, t := range types {
+		for i := range t.NumMethod() {
+			idents[t.Method(i).Name] = true
+		}
+		if t.Kind() != reflect.Struct {
+			continue
+		}
+		for _, field := range reflect.VisibleFields(t) {
+			if field.IsExported() && !field.Anonymous {
+				idents[field.Name] = true
+			}
+		}
 	}
 	return idents
-}()
+}
+
+// family is a set of templates rendered alike: the mail (a layout and a kind, HTML and text)
+// or the pages (a layout and a page, HTML only). One loader reads both from the same
+// directories, with the same file names, locales, fallbacks and checks.
+type family struct {
+	// layout is the base name of the family's layout, whose block of the same name is executed.
+	layout string
+	// bases are the base names of the family's other files.
+	bases []string
+	// exts are the extensions its files may have.
+	exts []string
+	// idents are the names its templates may use after a dot (anything else is a typo that
+	// would fail only when its branch runs); fields names them for error messages.
+	idents map[string]bool
+	fields string
+}
+
+// has says base is one of the family's files.
+func (f *family) has(base string) bool { return base == f.layout || slices.Contains(f.bases, base) }
+
+var mailFamily = &family{ //nolint:gochecknoglobals // computed once from the types
+	layout: layoutName,
+	bases:  kindBases(),
+	exts:   []string{"html", "txt"},
+	idents: identsOf(reflect.TypeFor[view](), reflect.TypeFor[Expiry]()),
+	fields: ".AppName, .AppURL, .LoginURL, .BrandColor, .BrandTextColor, .LogoURL, .Name, .ActionURL, .ExpiresIn (.Days, .Hours, .Minutes), .UnsubscribeURL, .Locale and .Subject",
+}
+
+func kindBases() []string {
+	var bases []string
+	for _, kind := range Kinds() {
+		bases = append(bases, string(kind))
+	}
+	return bases
+}
+
+// families are the template families, in the order errors list their names.
+func families() []*family { return []*family{mailFamily, pageFamily} }
 
 //go:embed templates/*.html templates/*.txt
 var builtinFS embed.FS
 
 // RendererConfig configures a Renderer.
 type RendererConfig struct {
-	// AppName is the product name in subjects, greetings and footers (APP_NAME). Default
-	// DefaultAppName.
+	// AppName is the product name in subjects, greetings, footers and page titles (APP_NAME).
+	// Default DefaultAppName.
 	AppName string
 
 	// AppURL is the app's base URL (APP_URL), .AppURL in templates and the base of the sample
 	// mail's links. Required.
 	AppURL string
 
+	// LoginURL is where the pages send people next, and the welcome mail's button
+	// (APP_LOGIN_URL), an absolute http(s) URL: .LoginURL in templates. Default AppURL.
+	LoginURL string
+
+	// BrandColor is the colour of the built-in templates' buttons and links (APP_BRAND_COLOR),
+	// #rrggbb, dark enough for links on white (CheckBrandColor). Default DefaultBrandColor.
+	BrandColor string
+
+	// LogoURL is the logo of the built-in mail and pages (APP_LOGO_URL), an absolute http(s)
+	// URL (CheckLogoURL), shown with AppName as its text alternative; "" for none.
+	LogoURL string
+
 	// TemplatesDir is MAIL_TEMPLATES_DIR: a directory whose templates replace the built-in ones
 	// file by file; "" for the built-in ones only. See NewRenderer.
 	TemplatesDir string
 
-	// DefaultLocale is the locale of mail whose user's locale has no templates (DEFAULT_LOCALE),
-	// a BCP 47 tag. The built-in templates and the templates of TemplatesDir without a locale in
-	// their name are this locale's. Default DefaultLocale.
+	// DefaultLocale is the locale of mail and pages whose user's locale has no templates
+	// (DEFAULT_LOCALE), a BCP 47 tag. The built-in templates and the templates of TemplatesDir
+	// without a locale in their name are this locale's. Default DefaultLocale.
 	DefaultLocale string
 }
 
-// Renderer renders postguard's mail: each kind (Kinds) in each locale that has templates, from
-// the built-in templates and those of a templates directory. It is built and checked once, at
-// start (NewRenderer); rendering is then deterministic (the same kind, locale and data give the
-// same bytes) and safe for concurrent use.
+// Renderer renders postguard's mail and pages: each mail kind (Kinds) and each page (Pages) in
+// each locale that has templates, from the built-in templates and those of a templates
+// directory. It is built and checked once, at start (NewRenderer); rendering is then
+// deterministic (the same kind or page, locale and data give the same bytes) and safe for
+// concurrent use.
 type Renderer struct {
-	appName       string
-	appURL        string
+	brand         brand
+	logoOrigin    string // LogoURL's origin, for the pages' Content-Security-Policy
 	defaultLocale string
 	// locales are the locales that have templates, the default first; matcher matches them.
 	locales []string
 	matcher language.Matcher
 	sets    map[setKey]*templateSet
+	pages   map[pageKey]*pageSet
 	// warnings say where a locale's mail mixes languages (see Warnings).
 	warnings []string
 }
@@ -201,17 +271,19 @@ type fileKey struct {
 
 // NewRenderer loads and checks the templates. The templates directory may hold, besides files
 // whose name starts with a dot (which are ignored), only BASE.EXT and BASE.LOCALE.EXT files,
-// where BASE is layout or a kind (welcome, verification, password_reset), EXT is html
-// (html/template) or txt (text/template, whose "subject" block is the subject), and LOCALE a
-// BCP 47 tag (welcome.fr.html, welcome.pt-BR.txt); any other entry is refused, so a misspelt
-// name cannot be silently ignored. The locales that have templates are DefaultLocale and every
-// LOCALE named in the directory.
+// where BASE is the mail's layout or a kind (welcome, verification, password_reset), EXT html
+// (html/template) or txt (text/template, whose "subject" block is the subject); or BASE is the
+// pages' page_layout or page_ and a page (page_verify_email, …; see Pages), EXT html; and LOCALE
+// a BCP 47 tag (welcome.fr.html, page_error.pt-BR.html). Any other entry is refused, so a
+// misspelt name cannot be silently ignored. The locales that have templates are DefaultLocale and
+// every LOCALE named in the directory.
 //
-// A kind in a locale is rendered from, for its layout and for its own file, each on its own: the
-// file of that locale, else of its parent locales (pt-BR, then pt), else the directory's file
-// without a locale, else the built-in one. Every template of every kind in every locale is
-// rendered at once with sample data, with and without a name: a template that does not parse,
-// uses a field or a template that does not exist, or renders an empty or multi-line subject
+// A kind or page in a locale is rendered from, for its layout and for its own file, each on its
+// own: the file of that locale, else of its parent locales (pt-BR, then pt), else the directory's
+// file without a locale, else the built-in one. Every template of every kind and page in every
+// locale is rendered at once with sample data (a mail with and without a name, a form with and
+// without its errors, the error page for several statuses): a template that does not parse, uses
+// a field or a template that does not exist, or renders an empty or multi-line subject or title
 // fails NewRenderer with an error naming its file. A field name that does not exist is refused
 // even in a branch the samples do not take.
 func NewRenderer(config *RendererConfig) (*Renderer, error) {
@@ -221,10 +293,32 @@ func NewRenderer(config *RendererConfig) (*Renderer, error) {
 	if config.AppURL == "" {
 		return nil, errors.New("mail: RendererConfig.AppURL is required")
 	}
+	appURL := strings.TrimRight(config.AppURL, "/")
 	r := &Renderer{
-		appName: cmp.Or(config.AppName, DefaultAppName),
-		appURL:  strings.TrimRight(config.AppURL, "/"),
-		sets:    map[setKey]*templateSet{},
+		brand: brand{
+			AppName:    cmp.Or(config.AppName, DefaultAppName),
+			AppURL:     appURL,
+			LoginURL:   cmp.Or(config.LoginURL, appURL),
+			BrandColor: strings.ToLower(cmp.Or(config.BrandColor, DefaultBrandColor)),
+			LogoURL:    config.LogoURL,
+		},
+		sets:  map[setKey]*templateSet{},
+		pages: map[pageKey]*pageSet{},
+	}
+	if err := checkLinkURL(r.brand.LoginURL); err != nil {
+		return nil, fmt.Errorf("mail: RendererConfig.LoginURL %q %w", r.brand.LoginURL, err)
+	}
+	if err := CheckBrandColor(r.brand.BrandColor); err != nil {
+		return nil, fmt.Errorf("mail: RendererConfig.BrandColor: %w", err)
+	}
+	color, _ := parseHexColor(r.brand.BrandColor)
+	r.brand.BrandTextColor = textColorOn(color).String()
+	if r.brand.LogoURL != "" {
+		origin, err := logoOrigin(r.brand.LogoURL)
+		if err != nil {
+			return nil, fmt.Errorf("mail: RendererConfig.LogoURL %w", err)
+		}
+		r.logoOrigin = origin
 	}
 	defaultTag, err := language.Parse(cmp.Or(config.DefaultLocale, DefaultLocale))
 	if err != nil {
@@ -257,8 +351,8 @@ func NewRenderer(config *RendererConfig) (*Renderer, error) {
 	// Each of the directory's files alone: parse errors and unknown fields, once per file.
 	var errs []error
 	broken := map[string]bool{}
-	for _, src := range dir {
-		if err := checkSource(src); err != nil {
+	for key, src := range dir {
+		if err := checkSource(src, familyOf(key.base)); err != nil {
 			errs = append(errs, err)
 			broken[src.name] = true
 		}
@@ -299,6 +393,22 @@ func NewRenderer(config *RendererConfig) (*Renderer, error) {
 				r.warnings = append(r.warnings, fmt.Sprintf(
 					"locale %s: the %s mail's HTML comes from %s, its subject and text from %s; add the other file for one language throughout",
 					locale, kind, htmlKind.name, textKind.name))
+			}
+		}
+		for _, page := range Pages() {
+			layout, _ := resolve(pageLayoutName, locale, "html")
+			own, _ := resolve(page.base(), locale, "html")
+			if broken[layout.name] || broken[own.name] {
+				continue // reported above
+			}
+			set, err := parsePageSet(page, layout, own)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			r.pages[pageKey{locale, page}] = set
+			if err := r.checkPageSet(page, locale, set); err != nil {
+				errs = append(errs, err)
 			}
 		}
 	}
@@ -368,6 +478,16 @@ func loadDir(dir string) (map[fileKey]source, error) {
 	return files, nil
 }
 
+// familyOf is the family a base name belongs to; nil for none.
+func familyOf(base string) *family {
+	for _, f := range families() {
+		if f.has(base) {
+			return f
+		}
+	}
+	return nil
+}
+
 // parseFileName reads BASE.EXT or BASE.LOCALE.EXT.
 func parseFileName(name string) (fileKey, error) {
 	parts := strings.Split(name, ".")
@@ -384,22 +504,26 @@ func parseFileName(name string) (fileKey, error) {
 	default:
 		return key, errors.New("is not a template name (expected BASE.EXT or BASE.LOCALE.EXT, such as welcome.html or welcome.fr.txt)")
 	}
-	bases := []string{layoutName}
-	for _, kind := range Kinds() {
-		bases = append(bases, string(kind))
-	}
-	if !slices.Contains(bases, key.base) {
+	f := familyOf(key.base)
+	if f == nil {
+		var bases []string
+		for _, f := range families() {
+			bases = append(append(bases, f.layout), f.bases...)
+		}
 		return key, fmt.Errorf("%q is not a template (expected one of %s)", key.base, strings.Join(bases, ", "))
 	}
-	if key.ext != "html" && key.ext != "txt" {
+	if !slices.Contains(f.exts, key.ext) {
+		if f == pageFamily {
+			return key, fmt.Errorf("%q is not a page template extension (pages are html only)", key.ext)
+		}
 		return key, fmt.Errorf("%q is not a template extension (expected html or txt)", key.ext)
 	}
 	return key, nil
 }
 
 // checkSource parses one file on its own (HTML and text templates share their syntax) and refuses
-// the field names templates cannot see.
-func checkSource(src source) error {
+// the field names the templates of its family cannot see.
+func checkSource(src source, f *family) error {
 	t, err := texttemplate.New(src.name).Parse(src.text)
 	if err != nil {
 		return err
@@ -411,18 +535,13 @@ func checkSource(src source) error {
 			continue
 		}
 		walkIdents(tree.Root, func(node parse.Node, ident string) {
-			if !templateIdents[ident] {
+			if !f.idents[ident] {
 				location, _ := tree.ErrorContext(node)
-				errs = append(errs, fmt.Errorf("%s: unknown field .%s (templates see %s)", location, ident, fieldList()))
+				errs = append(errs, fmt.Errorf("%s: unknown field .%s (templates see %s)", location, ident, f.fields))
 			}
 		})
 	}
 	return errors.Join(errs...)
-}
-
-// fieldList names the fields templates see, for error messages.
-func fieldList() string {
-	return ".AppName, .AppURL, .Name, .ActionURL, .ExpiresIn (.Days, .Hours, .Minutes), .UnsubscribeURL, .Locale and .Subject"
 }
 
 // walkIdents calls fn for every name after a dot in node: .Name, $x.Name, (pipe).Name.
@@ -503,7 +622,7 @@ func parseSet(kind Kind, html, text []source) (*templateSet, error) {
 
 // checkSet renders set with the sample data, with and without a name.
 func (r *Renderer) checkSet(kind Kind, locale string, set *templateSet) error {
-	data := sampleData(kind, r.appURL)
+	data := sampleData(kind, &r.brand)
 	if _, err := r.execute(kind, locale, set, data); err != nil {
 		return err
 	}
@@ -514,12 +633,13 @@ func (r *Renderer) checkSet(kind Kind, locale string, set *templateSet) error {
 
 // sampleData is the data the templates are checked and previewed with: a user named Ada
 // Lovelace, links of the service's own form with made-up tokens.
-func sampleData(kind Kind, appURL string) *Data {
+func sampleData(kind Kind, b *brand) *Data {
+	appURL := b.AppURL
 	const sampleToken = "c2FtcGxlLXRva2VuLW5vdC1hLXJlYWwtb25lLWV2ZXI" //nolint:gosec // a made-up token of the real form, for samples
 	data := &Data{Name: "Ada Lovelace"}
 	switch kind {
 	case KindWelcome:
-		data.ActionURL = appURL
+		data.ActionURL = b.LoginURL
 		data.UnsubscribeURL = appURL + "/v1/unsubscribe?token=1.c2FtcGxl"
 	case KindVerification:
 		data.ActionURL = appURL + "/v1/auth/verify-email?token=" + sampleToken
@@ -537,8 +657,11 @@ func (r *Renderer) Locales() []string { return slices.Clone(r.locales) }
 // DefaultLocale returns the locale of mail whose user's locale has no templates.
 func (r *Renderer) DefaultLocale() string { return r.defaultLocale }
 
-// AppName returns the product name the mail carries.
-func (r *Renderer) AppName() string { return r.appName }
+// AppName returns the product name the mail and pages carry.
+func (r *Renderer) AppName() string { return r.brand.AppName }
+
+// LogoURL returns the logo the built-in mail and pages show, "" for none.
+func (r *Renderer) LogoURL() string { return r.brand.LogoURL }
 
 // Warnings say where a locale's mail mixes languages: a kind whose HTML has a file of the locale
 // and whose text does not, or the other way round. They are worth logging at start.
@@ -562,6 +685,28 @@ func (r *Renderer) Match(preference string) string {
 	return r.locales[index]
 }
 
+// MatchAcceptLanguage returns the locale of a page for a visitor whose browser sent header
+// (Accept-Language): the best match among Locales of the languages it lists, in their order of
+// preference, else the default locale. A malformed or oversized header is no preference.
+func (r *Renderer) MatchAcceptLanguage(header string) string {
+	if header == "" || len(header) > maxAcceptLanguageLen {
+		return r.defaultLocale
+	}
+	tags, _, err := language.ParseAcceptLanguage(header)
+	if err != nil || len(tags) == 0 {
+		return r.defaultLocale
+	}
+	_, index, confidence := r.matcher.Match(tags...)
+	if confidence == language.No {
+		return r.defaultLocale
+	}
+	return r.locales[index]
+}
+
+// maxAcceptLanguageLen bounds the Accept-Language header MatchAcceptLanguage parses: a browser
+// sends a few dozen bytes.
+const maxAcceptLanguageLen = 1024
+
 // Render renders kind for a user whose locale is locale (see Match), with data.
 func (r *Renderer) Render(kind Kind, locale string, data *Data) (*Mail, error) {
 	if data == nil {
@@ -584,19 +729,18 @@ func (r *Renderer) Render(kind Kind, locale string, data *Data) (*Mail, error) {
 // RenderSample renders kind in locale (see Match) with the sample data the templates are checked
 // with: what `postguard mail preview` writes.
 func (r *Renderer) RenderSample(kind Kind, locale string) (*Mail, error) {
-	return r.Render(kind, locale, sampleData(kind, r.appURL))
+	return r.Render(kind, locale, sampleData(kind, &r.brand))
 }
 
 func (r *Renderer) execute(kind Kind, locale string, set *templateSet, data *Data) (*Mail, error) {
 	v := &view{
-		AppName:        r.appName,
-		AppURL:         r.appURL,
+		brand:          r.brand,
 		Name:           strings.TrimSpace(data.Name),
 		ActionURL:      data.ActionURL,
 		ExpiresIn:      Expiry(data.ExpiresIn),
 		UnsubscribeURL: data.UnsubscribeURL,
-		Locale:         locale,
 	}
+	v.Locale = locale
 	var buf bytes.Buffer
 	if err := set.text.ExecuteTemplate(&buf, "subject", v); err != nil {
 		return nil, fmt.Errorf("error rendering %s mail's subject, locale %s, from %s: %w", kind, locale, set.textFiles, err)

@@ -370,8 +370,8 @@ func TestNewRenderer_TemplatesDir(t *testing.T) {
 	})
 }
 
-// TestNewRenderer_Refuses: every mistake in a templates directory stops NewRenderer, and its error
-// names the file.
+// TestNewRenderer_Refuses: every mistake in a templates directory, in a mail's file or a page's,
+// stops NewRenderer, and its error names the file (and the line, where there is one).
 func TestNewRenderer_Refuses(t *testing.T) {
 	t.Parallel()
 
@@ -456,6 +456,60 @@ func TestNewRenderer_Refuses(t *testing.T) {
 			files: map[string]string{"README.md": "x"},
 			file:  "README.md",
 			want:  "is not a template",
+		},
+		{
+			name:  "PageParseError",
+			files: map[string]string{"page_error.fr.html": "{{define \"title\"}}Erreur{{end}}\n{{define \"content\"}}<p>{{.Detail</p>{{end}}"},
+			file:  "page_error.fr.html",
+			want:  "page_error.fr.html:2:",
+		},
+		{
+			name:  "PageUnknownField",
+			files: map[string]string{"page_verify_email.html": "{{define \"title\"}}Confirm{{end}}\n{{define \"content\"}}<a href=\"{{.ActionURL}}\">x</a>{{end}}"},
+			file:  "page_verify_email.html",
+			want:  "page_verify_email.html:2:31: unknown field .ActionURL (templates see .AppName, .AppURL, .LoginURL",
+		},
+		{
+			name:  "PageUnknownFieldInBranchNotTaken",
+			files: map[string]string{"page_error.html": `{{define "title"}}x{{end}}{{define "content"}}{{if eq .Status 418}}{{.Errors.Name}}{{end}}{{end}}`},
+			file:  "page_error.html",
+			want:  "unknown field .Name",
+		},
+		{
+			name:  "PagePageFieldInMail",
+			files: map[string]string{"welcome.txt": `{{define "subject"}}Hi{{end}}{{define "content"}}{{.Token}}{{end}}{{define "footer"}}x{{end}}`},
+			file:  "welcome.txt",
+			want:  "unknown field .Token",
+		},
+		{
+			name:  "PageMissingTitle",
+			files: map[string]string{"page_unsubscribed.html": `{{define "content"}}Bye{{end}}`},
+			file:  "page_unsubscribed.html",
+			want:  `"title" is undefined`,
+		},
+		{
+			name:  "PageEmptyTitle",
+			files: map[string]string{"page_unsubscribed.html": `{{define "title"}} {{end}}{{define "content"}}Bye{{end}}`},
+			file:  "page_unsubscribed.html",
+			want:  "the title block must render some text",
+		},
+		{
+			name:  "PageLayoutWithoutContent",
+			files: map[string]string{"page_layout.html": `{{define "layout"}}{{.Title}}{{template "body" .}}{{end}}`},
+			file:  "page_layout.html",
+			want:  `no such template "body"`,
+		},
+		{
+			name:  "PageTextPage",
+			files: map[string]string{"page_error.txt": "x"},
+			file:  "page_error.txt",
+			want:  `"txt" is not a page template extension (pages are html only)`,
+		},
+		{
+			name:  "PageUnknownPage",
+			files: map[string]string{"page_verify.html": "x"},
+			file:  "page_verify.html",
+			want:  `"page_verify" is not a template (expected one of layout, welcome, verification, password_reset, page_layout, page_verify_email, page_email_verified, page_forgot_password, page_reset_link_sent, page_reset_password, page_password_changed, page_unsubscribe, page_unsubscribed, page_error, page_start)`,
 		},
 		{
 			name:  "SameLocaleTwice",

@@ -54,11 +54,37 @@ WHERE key_hash = @key_hash::bytea
 -- not part of the chain, nor is any after it. A count of 0 says that window refused or was not
 -- spent (an admitted window counts at least 1). The windows' keys are of different scopes, so no
 -- two CTEs touch one row, and every statement locks its rows in the same order of scopes:
--- concurrent chains cannot deadlock. It names no table but the counters: the limiter's part of
--- postguard's tables is all it needs (RateLimitCounterConsumeChainUser reads a user too).
-WITH first AS (
+-- concurrent chains cannot deadlock. It names no table but the limiter's part of postguard's
+-- tables, all a host of the limiter alone has (RateLimitCounterConsumeChainUser reads a user too).
+--
+-- A trusted device (@device_key_hash not NULL) is checked in the same statement: while no
+-- revocation of its account's devices (@device_revocation_hash) is later than @device_since, the
+-- window at position @device_window (1-based) is the device's own, @device_key_hash, instead of
+-- the account's; device_trusted says which was spent.
+WITH device AS (
+    SELECT (
+        sqlc.narg(device_key_hash)::bytea IS NOT NULL
+        AND NOT EXISTS (
+            SELECT 1
+            FROM rate_limit_device_revocations
+            WHERE rate_limit_device_revocations.key_hash = sqlc.narg(device_revocation_hash)::bytea
+                AND rate_limit_device_revocations.revoked_at > @device_since::timestamptz
+        )
+    ) AS trusted
+),
+keys AS (
+    SELECT
+        CASE WHEN device.trusted AND @device_window::integer = 1 THEN sqlc.narg(device_key_hash)::bytea ELSE @key_hash_1::bytea END AS key_1,
+        CASE WHEN device.trusted AND @device_window::integer = 2 THEN sqlc.narg(device_key_hash)::bytea ELSE sqlc.narg(key_hash_2)::bytea END AS key_2,
+        CASE WHEN device.trusted AND @device_window::integer = 3 THEN sqlc.narg(device_key_hash)::bytea ELSE sqlc.narg(key_hash_3)::bytea END AS key_3,
+        device.trusted
+    FROM device
+),
+first AS (
     INSERT INTO rate_limit_counters (key_hash, window_start, window_end, count, limit_count)
-    VALUES (@key_hash_1::bytea, @window_start_1::timestamptz, @window_end_1::timestamptz, 1, @limit_count_1::bigint)
+    SELECT keys.key_1, @window_start_1::timestamptz, @window_end_1::timestamptz, 1, @limit_count_1::bigint
+    FROM keys
+    WHERE keys.key_1 IS NOT NULL
     ON CONFLICT (key_hash, window_start) DO UPDATE
     SET count = rate_limit_counters.count + 1
     WHERE rate_limit_counters.count < excluded.limit_count
@@ -66,9 +92,9 @@ WITH first AS (
 ),
 second AS (
     INSERT INTO rate_limit_counters (key_hash, window_start, window_end, count, limit_count)
-    SELECT sqlc.narg(key_hash_2)::bytea, @window_start_2::timestamptz, @window_end_2::timestamptz, 1, @limit_count_2::bigint
-    FROM first
-    WHERE sqlc.narg(key_hash_2)::bytea IS NOT NULL
+    SELECT keys.key_2, @window_start_2::timestamptz, @window_end_2::timestamptz, 1, @limit_count_2::bigint
+    FROM first, keys
+    WHERE keys.key_2 IS NOT NULL
     ON CONFLICT (key_hash, window_start) DO UPDATE
     SET count = rate_limit_counters.count + 1
     WHERE rate_limit_counters.count < excluded.limit_count
@@ -76,9 +102,9 @@ second AS (
 ),
 third AS (
     INSERT INTO rate_limit_counters (key_hash, window_start, window_end, count, limit_count)
-    SELECT sqlc.narg(key_hash_3)::bytea, @window_start_3::timestamptz, @window_end_3::timestamptz, 1, @limit_count_3::bigint
-    FROM second
-    WHERE sqlc.narg(key_hash_3)::bytea IS NOT NULL
+    SELECT keys.key_3, @window_start_3::timestamptz, @window_end_3::timestamptz, 1, @limit_count_3::bigint
+    FROM second, keys
+    WHERE keys.key_3 IS NOT NULL
     ON CONFLICT (key_hash, window_start) DO UPDATE
     SET count = rate_limit_counters.count + 1
     WHERE rate_limit_counters.count < excluded.limit_count
@@ -88,12 +114,14 @@ counts AS (
     SELECT
         coalesce((SELECT count FROM first), 0)::bigint AS count_1,
         coalesce((SELECT count FROM second), 0)::bigint AS count_2,
-        coalesce((SELECT count FROM third), 0)::bigint AS count_3
+        coalesce((SELECT count FROM third), 0)::bigint AS count_3,
+        (SELECT trusted FROM keys)::boolean AS device_trusted
 )
 SELECT
     counts.count_1,
     counts.count_2,
-    counts.count_3
+    counts.count_3,
+    counts.device_trusted
 FROM counts;
 
 -- name: RateLimitCounterConsumeChainUser :one
@@ -101,9 +129,30 @@ FROM counts;
 -- when every window of the chain admitted, a read of the user with @user_email in the same
 -- statement (its columns NULL when there is none): the service's users table with the limiter's
 -- counters, in one round trip.
-WITH first AS (
+WITH device AS (
+    SELECT (
+        sqlc.narg(device_key_hash)::bytea IS NOT NULL
+        AND NOT EXISTS (
+            SELECT 1
+            FROM rate_limit_device_revocations
+            WHERE rate_limit_device_revocations.key_hash = sqlc.narg(device_revocation_hash)::bytea
+                AND rate_limit_device_revocations.revoked_at > @device_since::timestamptz
+        )
+    ) AS trusted
+),
+keys AS (
+    SELECT
+        CASE WHEN device.trusted AND @device_window::integer = 1 THEN sqlc.narg(device_key_hash)::bytea ELSE @key_hash_1::bytea END AS key_1,
+        CASE WHEN device.trusted AND @device_window::integer = 2 THEN sqlc.narg(device_key_hash)::bytea ELSE sqlc.narg(key_hash_2)::bytea END AS key_2,
+        CASE WHEN device.trusted AND @device_window::integer = 3 THEN sqlc.narg(device_key_hash)::bytea ELSE sqlc.narg(key_hash_3)::bytea END AS key_3,
+        device.trusted
+    FROM device
+),
+first AS (
     INSERT INTO rate_limit_counters (key_hash, window_start, window_end, count, limit_count)
-    VALUES (@key_hash_1::bytea, @window_start_1::timestamptz, @window_end_1::timestamptz, 1, @limit_count_1::bigint)
+    SELECT keys.key_1, @window_start_1::timestamptz, @window_end_1::timestamptz, 1, @limit_count_1::bigint
+    FROM keys
+    WHERE keys.key_1 IS NOT NULL
     ON CONFLICT (key_hash, window_start) DO UPDATE
     SET count = rate_limit_counters.count + 1
     WHERE rate_limit_counters.count < excluded.limit_count
@@ -111,9 +160,9 @@ WITH first AS (
 ),
 second AS (
     INSERT INTO rate_limit_counters (key_hash, window_start, window_end, count, limit_count)
-    SELECT sqlc.narg(key_hash_2)::bytea, @window_start_2::timestamptz, @window_end_2::timestamptz, 1, @limit_count_2::bigint
-    FROM first
-    WHERE sqlc.narg(key_hash_2)::bytea IS NOT NULL
+    SELECT keys.key_2, @window_start_2::timestamptz, @window_end_2::timestamptz, 1, @limit_count_2::bigint
+    FROM first, keys
+    WHERE keys.key_2 IS NOT NULL
     ON CONFLICT (key_hash, window_start) DO UPDATE
     SET count = rate_limit_counters.count + 1
     WHERE rate_limit_counters.count < excluded.limit_count
@@ -121,9 +170,9 @@ second AS (
 ),
 third AS (
     INSERT INTO rate_limit_counters (key_hash, window_start, window_end, count, limit_count)
-    SELECT sqlc.narg(key_hash_3)::bytea, @window_start_3::timestamptz, @window_end_3::timestamptz, 1, @limit_count_3::bigint
-    FROM second
-    WHERE sqlc.narg(key_hash_3)::bytea IS NOT NULL
+    SELECT keys.key_3, @window_start_3::timestamptz, @window_end_3::timestamptz, 1, @limit_count_3::bigint
+    FROM second, keys
+    WHERE keys.key_3 IS NOT NULL
     ON CONFLICT (key_hash, window_start) DO UPDATE
     SET count = rate_limit_counters.count + 1
     WHERE rate_limit_counters.count < excluded.limit_count
@@ -133,12 +182,14 @@ counts AS (
     SELECT
         coalesce((SELECT count FROM first), 0)::bigint AS count_1,
         coalesce((SELECT count FROM second), 0)::bigint AS count_2,
-        coalesce((SELECT count FROM third), 0)::bigint AS count_3
+        coalesce((SELECT count FROM third), 0)::bigint AS count_3,
+        (SELECT trusted FROM keys)::boolean AS device_trusted
 )
 SELECT
     counts.count_1,
     counts.count_2,
     counts.count_3,
+    counts.device_trusted,
     users.id AS user_id,
     users.email AS user_email,
     users.name AS user_name,
@@ -157,9 +208,130 @@ LEFT JOIN users
 
 -- name: RateLimitCounterGetMany :many
 -- RateLimitCounterGetMany reads the counts of several fixed windows in one statement, spending
--- nothing: the i-th key with the i-th window start. A window with nothing counted has no row.
-SELECT rate_limit_counters.key_hash, rate_limit_counters.window_start, rate_limit_counters.count
-FROM rate_limit_counters
-WHERE (rate_limit_counters.key_hash, rate_limit_counters.window_start) IN (
-    SELECT unnest(@key_hashes::bytea[]), unnest(@window_starts::timestamptz[])
-);
+-- nothing: the i-th key with the i-th window start, one row per window in that order (ord, from
+-- 1), 0 for a window with nothing counted. A trusted device is checked as in
+-- RateLimitCounterConsumeChain: while it stands, the window at @device_window is the device's own.
+WITH device AS (
+    SELECT (
+        sqlc.narg(device_key_hash)::bytea IS NOT NULL
+        AND NOT EXISTS (
+            SELECT 1
+            FROM rate_limit_device_revocations
+            WHERE rate_limit_device_revocations.key_hash = sqlc.narg(device_revocation_hash)::bytea
+                AND rate_limit_device_revocations.revoked_at > @device_since::timestamptz
+        )
+    ) AS trusted
+),
+windows AS (
+    SELECT
+        CASE WHEN device.trusted AND w.ord = @device_window::bigint THEN sqlc.narg(device_key_hash)::bytea ELSE w.key_hash END AS key_hash,
+        (@window_starts::timestamptz[])[w.ord] AS window_start,
+        w.ord
+    FROM unnest(@key_hashes::bytea[]) WITH ORDINALITY AS w (key_hash, ord)
+    CROSS JOIN device
+)
+SELECT
+    windows.ord::bigint AS ord,
+    coalesce(rate_limit_counters.count, 0)::bigint AS count,
+    device.trusted::boolean AS device_trusted
+FROM windows
+CROSS JOIN device
+LEFT JOIN rate_limit_counters
+    ON rate_limit_counters.key_hash = windows.key_hash
+    AND rate_limit_counters.window_start = windows.window_start
+ORDER BY windows.ord;
+
+-- name: RateLimitCounterRefund :one
+-- RateLimitCounterRefund gives one request back to each of several fixed windows (the i-th key
+-- with the i-th window start) in one statement, never below zero: a window at 0, or with no
+-- counter, is left alone. The rows are locked in the order given (the chain's order of scopes),
+-- so a refund and a chain cannot deadlock. A trusted device is checked as in
+-- RateLimitCounterConsumeChain: while it stands, the window at @device_window is the device's own.
+WITH device AS (
+    SELECT (
+        sqlc.narg(device_key_hash)::bytea IS NOT NULL
+        AND NOT EXISTS (
+            SELECT 1
+            FROM rate_limit_device_revocations
+            WHERE rate_limit_device_revocations.key_hash = sqlc.narg(device_revocation_hash)::bytea
+                AND rate_limit_device_revocations.revoked_at > @device_since::timestamptz
+        )
+    ) AS trusted
+),
+windows AS (
+    SELECT
+        CASE WHEN device.trusted AND w.ord = @device_window::bigint THEN sqlc.narg(device_key_hash)::bytea ELSE w.key_hash END AS key_hash,
+        (@window_starts::timestamptz[])[w.ord] AS window_start,
+        w.ord
+    FROM unnest(@key_hashes::bytea[]) WITH ORDINALITY AS w (key_hash, ord)
+    CROSS JOIN device
+),
+locked AS (
+    SELECT rate_limit_counters.key_hash, rate_limit_counters.window_start
+    FROM rate_limit_counters
+    JOIN windows
+        ON rate_limit_counters.key_hash = windows.key_hash
+        AND rate_limit_counters.window_start = windows.window_start
+    WHERE rate_limit_counters.count > 0
+    ORDER BY windows.ord
+    FOR UPDATE OF rate_limit_counters
+),
+refunded AS (
+    UPDATE rate_limit_counters
+    SET count = rate_limit_counters.count - 1
+    FROM locked
+    WHERE rate_limit_counters.key_hash = locked.key_hash
+        AND rate_limit_counters.window_start = locked.window_start
+        AND rate_limit_counters.count > 0
+    RETURNING rate_limit_counters.key_hash
+)
+SELECT
+    (SELECT count(*) FROM refunded)::bigint AS refunded,
+    device.trusted::boolean AS device_trusted
+FROM device;
+
+-- name: RateLimitCounterDeleteMany :one
+-- RateLimitCounterDeleteMany deletes the counters of several fixed windows (the i-th key with the
+-- i-th window start; none is fine) in one statement: those keys start their windows afresh. The
+-- rows are locked in the order given, as RateLimitCounterRefund locks them. A trusted device is
+-- checked as in RateLimitCounterConsumeChain: while it stands, the window at @device_window is the
+-- device's own.
+WITH device AS (
+    SELECT (
+        sqlc.narg(device_key_hash)::bytea IS NOT NULL
+        AND NOT EXISTS (
+            SELECT 1
+            FROM rate_limit_device_revocations
+            WHERE rate_limit_device_revocations.key_hash = sqlc.narg(device_revocation_hash)::bytea
+                AND rate_limit_device_revocations.revoked_at > @device_since::timestamptz
+        )
+    ) AS trusted
+),
+windows AS (
+    SELECT
+        CASE WHEN device.trusted AND w.ord = @device_window::bigint THEN sqlc.narg(device_key_hash)::bytea ELSE w.key_hash END AS key_hash,
+        (@window_starts::timestamptz[])[w.ord] AS window_start,
+        w.ord
+    FROM unnest(@key_hashes::bytea[]) WITH ORDINALITY AS w (key_hash, ord)
+    CROSS JOIN device
+),
+locked AS (
+    SELECT rate_limit_counters.key_hash, rate_limit_counters.window_start
+    FROM rate_limit_counters
+    JOIN windows
+        ON rate_limit_counters.key_hash = windows.key_hash
+        AND rate_limit_counters.window_start = windows.window_start
+    ORDER BY windows.ord
+    FOR UPDATE OF rate_limit_counters
+),
+deleted AS (
+    DELETE FROM rate_limit_counters
+    USING locked
+    WHERE rate_limit_counters.key_hash = locked.key_hash
+        AND rate_limit_counters.window_start = locked.window_start
+    RETURNING rate_limit_counters.key_hash
+)
+SELECT
+    (SELECT count(*) FROM deleted)::bigint AS deleted,
+    device.trusted::boolean AS device_trusted
+FROM device;

@@ -31,12 +31,14 @@ SELECT *
 FROM users
 WHERE id = @id::bigint;
 
--- name: UserMarkEmailVerified :execrows
--- UserMarkEmailVerified records the first verification of a user's email; later calls keep it.
+-- name: UserMarkEmailVerified :one
+-- UserMarkEmailVerified records the first verification of a user's email (later calls keep it),
+-- and returns the user's locale, the language of the page that says so.
 UPDATE users
 SET email_verified_at = coalesce(email_verified_at, @now::timestamptz),
     updated_at = @now::timestamptz
-WHERE id = @id::bigint;
+WHERE id = @id::bigint
+RETURNING locale;
 
 -- name: UserSetPassword :execrows
 -- UserSetPassword replaces a user's password hash. A completed reset proves the user reads the
@@ -47,9 +49,11 @@ SET password_hash = @password_hash::text,
     updated_at = @now::timestamptz
 WHERE id = @id::bigint;
 
--- name: UserUnsubscribe :execrows
--- UserUnsubscribe records a user's unsubscribe from non-essential mail; repeating it is harmless.
+-- name: UserUnsubscribe :one
+-- UserUnsubscribe records a user's unsubscribe from non-essential mail (repeating it is
+-- harmless), and returns the user's locale, the language of the page that says so.
 UPDATE users
 SET unsubscribed_at = coalesce(unsubscribed_at, @now::timestamptz),
     updated_at = @now::timestamptz
-WHERE id = @id::bigint;
+WHERE id = @id::bigint
+RETURNING locale;

@@ -37,28 +37,59 @@ WHERE job_id = @job_id;
 -- name: EmailMessageRekey :execrows
 -- EmailMessageRekey gives a message the provider has not accepted a new idempotency key, with the
 -- locale and payload digest of what is sent under it: for a job that starts over after its key's
--- life, or whose mail renders other bytes than before.
+-- life, or whose mail renders other bytes than before. It starts over: no provider is in doubt of
+-- what is sent under the new key.
 UPDATE email_messages
 SET idempotency_key = @idempotency_key,
     key_created_at = @now,
     locale = @locale,
     payload_sha256 = @payload_sha256,
+    provider_in_doubt = NULL,
     updated_at = @now
 WHERE job_id = @job_id
     AND accepted_at IS NULL;
 
 -- name: EmailMessageMarkAccepted :execrows
--- EmailMessageMarkAccepted records that the provider accepted a message (status sent, its own
--- status, so status_at is NULL) and the id it gave it. The first acceptance stays, and so does
--- whatever status the provider's events have set since.
+-- EmailMessageMarkAccepted records that a provider accepted a message (status sent, its own
+-- status, so status_at is NULL), which provider and the id it gave it; no provider is in doubt
+-- any more. The first acceptance stays, and so does whatever status the provider's events have
+-- set since.
 UPDATE email_messages
 SET status = CASE WHEN accepted_at IS NULL THEN 'sent' ELSE status END,
     status_at = CASE WHEN accepted_at IS NULL THEN NULL ELSE status_at END,
+    provider = coalesce(provider, @provider),
     provider_id = coalesce(provider_id, @provider_id),
+    provider_in_doubt = NULL,
     accepted_at = coalesce(accepted_at, @now),
     sent_at = coalesce(sent_at, @now),
     updated_at = @now
 WHERE job_id = @job_id;
+
+-- name: EmailMessageSetProviderInDoubt :execrows
+-- EmailMessageSetProviderInDoubt records, before a send, the provider the message is handed to
+-- (its answer may be lost, or the worker die meanwhile: the job's later attempts then go to that
+-- provider only), or clears it (NULL) once that provider answered that it did not take the mail.
+-- A message accepted already is left as it is.
+UPDATE email_messages
+SET provider_in_doubt = sqlc.narg(provider),
+    updated_at = @now
+WHERE job_id = @job_id
+    AND accepted_at IS NULL;
+
+-- name: EmailMessageMarkBounced :execrows
+-- EmailMessageMarkBounced records that the provider refused a message's recipient for good while
+-- it was sent (an SMTP relay's 5xx to RCPT TO): status bounced at @now, with the provider's
+-- classification. A message accepted already is left as it is.
+UPDATE email_messages
+SET status = 'bounced',
+    status_at = @now,
+    bounced_at = coalesce(bounced_at, @now),
+    bounce_type = @bounce_type,
+    bounce_sub_type = @bounce_sub_type,
+    provider_in_doubt = NULL,
+    updated_at = @now
+WHERE job_id = @job_id
+    AND accepted_at IS NULL;
 
 -- name: EmailMessageGetByProviderID :one
 -- EmailMessageGetByProviderID finds the message the provider gave an id (the newest, should a

@@ -63,14 +63,18 @@ RETURNING user_id;
 
 -- name: EmailTokenLookup :one
 -- EmailTokenLookup returns the user of an unused, unexpired token of the given purpose, and
--- changes nothing: a read that lets a request prove its token usable before work only such a
--- token deserves. EmailTokenConsume still decides, atomically, which use wins.
-SELECT user_id
+-- that user's locale ('' when unknown, or when the user is gone), and changes nothing: a read
+-- that lets a request prove its token usable before work only such a token deserves, and shows
+-- the link's page in its user's language. EmailTokenConsume still decides, atomically, which
+-- use wins.
+SELECT email_tokens.user_id,
+    CAST(coalesce(users.locale, '') AS TEXT) AS locale
 FROM email_tokens
-WHERE token_hash = @token_hash
-    AND purpose = @purpose
-    AND used_at IS NULL
-    AND expires_at > @now;
+LEFT JOIN users ON users.id = email_tokens.user_id
+WHERE email_tokens.token_hash = @token_hash
+    AND email_tokens.purpose = @purpose
+    AND email_tokens.used_at IS NULL
+    AND email_tokens.expires_at > @now;
 
 -- name: EmailTokenInvalidateUser :execrows
 -- EmailTokenInvalidateUser marks every unused token of one purpose of a user used.

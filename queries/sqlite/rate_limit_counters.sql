@@ -44,3 +44,12 @@ WHERE (key_hash, window_start) IN (
 DELETE FROM rate_limit_counters
 WHERE key_hash = @key_hash
     AND window_start = @window_start;
+
+-- name: RateLimitCounterRefund :execrows
+-- RateLimitCounterRefund gives one request back to a fixed window, never below zero: a window at
+-- 0, or with no counter, is left alone.
+UPDATE rate_limit_counters
+SET count = count - 1
+WHERE key_hash = @key_hash
+    AND window_start = @window_start
+    AND count > 0;

@@ -30,12 +30,14 @@ SELECT *
 FROM users
 WHERE id = @id;
 
--- name: UserMarkEmailVerified :execrows
--- UserMarkEmailVerified records the first verification of a user's email; later calls keep it.
+-- name: UserMarkEmailVerified :one
+-- UserMarkEmailVerified records the first verification of a user's email (later calls keep it),
+-- and returns the user's locale, the language of the page that says so.
 UPDATE users
 SET email_verified_at = coalesce(email_verified_at, @now),
     updated_at = @now
-WHERE id = @id;
+WHERE id = @id
+RETURNING locale;
 
 -- name: UserSetPassword :execrows
 -- UserSetPassword replaces a user's password hash and marks the email verified.
@@ -45,9 +47,11 @@ SET password_hash = @password_hash,
     updated_at = @now
 WHERE id = @id;
 
--- name: UserUnsubscribe :execrows
--- UserUnsubscribe records a user's unsubscribe from non-essential mail; repeating it is harmless.
+-- name: UserUnsubscribe :one
+-- UserUnsubscribe records a user's unsubscribe from non-essential mail (repeating it is
+-- harmless), and returns the user's locale, the language of the page that says so.
 UPDATE users
 SET unsubscribed_at = coalesce(unsubscribed_at, @now),
     updated_at = @now
-WHERE id = @id;
+WHERE id = @id
+RETURNING locale;

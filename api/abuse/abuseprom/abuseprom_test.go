@@ -1,7 +1,7 @@
 package abuseprom_test
 
 import (
-	"context"
+	"maps"
 	"net/netip"
 	"testing"
 	"time"
@@ -11,43 +11,31 @@ import (
 
 	"github.com/postguard/postguard/api/abuse"
 	"github.com/postguard/postguard/api/abuse/abuseprom"
-	"github.com/postguard/postguard/db"
+	"github.com/postguard/postguard/internal/dbtest"
 )
 
 var testSecret = []byte("test secret: 32 bytes or more....")
 
-// consumer admits the first two requests of every window and refuses the others.
-type consumer struct{ counts map[string]int64 }
-
-func (c *consumer) RateLimitCounterConsumeChain(_ context.Context, params *db.RateLimitCounterChainParams) (*db.RateLimitCounterChainResult, error) {
-	result := &db.RateLimitCounterChainResult{}
-	for _, w := range params.Windows {
-		key := string(w.KeyHash) + w.WindowStart.String()
-		if c.counts[key] >= 2 {
-			break
-		}
-		c.counts[key]++
-		result.Counts = append(result.Counts, c.counts[key])
-	}
-	return result, nil
-}
-
-func (c *consumer) RateLimitCounterGetMany(context.Context, []db.RateLimitCounterGetParams) ([]int64, error) {
-	return nil, nil
-}
-
-func (c *consumer) RateLimitCounterDelete(context.Context, *db.RateLimitCounterDeleteParams) error {
-	return nil
-}
-
 // decisions reads one series of postguard_rate_limit_decisions_total from reg.
 func decisions(t *testing.T, reg *prometheus.Registry, action, scope, outcome string) float64 {
+	t.Helper()
+	return series(t, reg, "postguard_rate_limit_decisions_total", map[string]string{"action": action, "scope": scope, "outcome": outcome})
+}
+
+// deviceTokens reads one series of postguard_rate_limit_device_tokens_total from reg.
+func deviceTokens(t *testing.T, reg *prometheus.Registry, action, outcome string) float64 {
+	t.Helper()
+	return series(t, reg, "postguard_rate_limit_device_tokens_total", map[string]string{"action": action, "outcome": outcome})
+}
+
+// series reads the counter of name whose labels are want from reg.
+func series(t *testing.T, reg *prometheus.Registry, name string, want map[string]string) float64 {
 	t.Helper()
 
 	families, err := reg.Gather()
 	require.NoError(t, err)
 	for _, family := range families {
-		if family.GetName() != "postguard_rate_limit_decisions_total" {
+		if family.GetName() != name {
 			continue
 		}
 		for _, metric := range family.GetMetric() {
@@ -55,12 +43,12 @@ func decisions(t *testing.T, reg *prometheus.Registry, action, scope, outcome st
 			for _, lp := range metric.GetLabel() {
 				labels[lp.GetName()] = lp.GetValue()
 			}
-			if labels["action"] == action && labels["scope"] == scope && labels["outcome"] == outcome {
+			if maps.Equal(labels, want) {
 				return metric.GetCounter().GetValue()
 			}
 		}
 	}
-	t.Fatalf("no series action=%s scope=%s outcome=%s", action, scope, outcome)
+	t.Fatalf("no series %s%v", name, want)
 	return 0
 }
 
@@ -68,11 +56,12 @@ func TestRegister(t *testing.T) {
 	t.Parallel()
 
 	registry := prometheus.NewRegistry()
+	store := dbtest.NewSQLite(t)
 	newLimiter := func() *abuse.Limiter {
 		metrics, err := abuseprom.Register(registry)
 		require.NoError(t, err)
 		rules := abuse.Rules{}.With(abuse.Rule{Action: "search", Scope: abuse.ScopeIP, Limit: 2, Window: time.Minute})
-		limiter, err := abuse.NewLimiter(&consumer{counts: map[string]int64{}}, testSecret, rules, &abuse.LimiterConfig{Metrics: metrics})
+		limiter, err := abuse.NewLimiter(store, testSecret, rules, &abuse.LimiterConfig{Metrics: metrics})
 		require.NoError(t, err)
 		return limiter
 	}
@@ -91,6 +80,16 @@ func TestRegister(t *testing.T) {
 	_, err := newLimiter().Allow(t.Context(), "search", abuse.Subject{IP: netip.MustParseAddr("192.0.2.2")})
 	require.NoError(t, err)
 	require.InDelta(t, 3, decisions(t, registry, "search", "ip", "allowed"), 0)
+
+	// The device tokens' series exist from the start for an action with a key rule.
+	metrics, err := abuseprom.Register(registry)
+	require.NoError(t, err)
+	keyRules := abuse.Rules{}.With(abuse.Rule{Action: "login", Scope: abuse.ScopeKey, Limit: 2, Window: time.Minute})
+	_, err = abuse.NewLimiter(store, testSecret, keyRules, &abuse.LimiterConfig{Metrics: metrics})
+	require.NoError(t, err)
+	for _, outcome := range abuse.DeviceOutcomes() {
+		require.Zero(t, deviceTokens(t, registry, "login", outcome), outcome)
+	}
 
 	// A collector of another kind under the name is an error, not a panic.
 	other := prometheus.NewRegistry()

@@ -22,7 +22,9 @@ import (
 
 // A host app limits its own routes with postguard's counters, in its own database: here a
 // SQLite *sql.DB it opened itself (a pgx pool works the same, with postgres.NewEngineFromPool).
-// Limit spends one request per request; the login handler counts failures only.
+// Limit spends one request per request. The login handler spends first (a refusal checks no
+// password), and on a right password clears the account, refunds the IP and gives the browser a
+// trusted-device cookie, so that guessers who lock the account do not lock out its owner.
 func Example() {
 	ctx := context.Background()
 	dir, err := os.MkdirTemp("", "ginlimit-example")
@@ -63,40 +65,56 @@ func Example() {
 	router := gin.New()
 	router.GET("/search", guard.Limit("search", nil), func(c *gin.Context) { c.String(http.StatusOK, "results") })
 	router.POST("/login", func(c *gin.Context) {
-		subject := guard.Subject(c, abuse.Subject{Key: c.PostForm("user")})
-		if !guard.Peek(c, "login", subject) { // answered 429: no password is checked
+		user := c.PostForm("user")
+		subject := guard.Subject(c, abuse.Subject{Key: user, Device: guard.Device(c, "login")})
+		if !guard.Spend(c, "login", subject) { // answered 429: no password is checked
 			return
 		}
 		if c.PostForm("password") != "correct horse" {
-			if guard.Spend(c, "login", subject) {
-				c.String(http.StatusUnauthorized, "wrong password")
-			}
+			c.String(http.StatusUnauthorized, "wrong password") // the attempt is counted already
 			return
 		}
-		if guard.Clear(c, "login", abuse.Subject{Key: subject.Key}) { // the account's failures, not the IP's
+		if guard.Clear(c, "login", abuse.Subject{Key: user, Device: subject.Device}) && // the account's failures (or the device's)
+			guard.Refund(c, "login", abuse.Subject{IP: subject.IP}) && // a success costs the IP nothing
+			guard.IssueDevice(c, "login", user) { // this browser is now a known device
 			c.String(http.StatusOK, "welcome")
 		}
 	})
 
-	send := func(method, target, body string) {
+	var device *http.Cookie
+	send := func(method, target, body string, cookie *http.Cookie) {
 		req := httptest.NewRequest(method, target, strings.NewReader(body))
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 		req.RemoteAddr = "198.51.100.7:40000"
+		if cookie != nil {
+			req.AddCookie(cookie)
+		}
 		rec := httptest.NewRecorder()
 		router.ServeHTTP(rec, req)
 		fmt.Println(method, target, rec.Code, rec.Header().Get("RateLimit"))
+		for _, set := range rec.Result().Cookies() {
+			device = set
+			fmt.Printf("  cookie %s: Secure %t, HttpOnly %t, SameSite Lax %t, Path %s, Max-Age %d\n",
+				set.Name, set.Secure, set.HttpOnly, set.SameSite == http.SameSiteLaxMode, set.Path, set.MaxAge)
+		}
 	}
 	for range 3 {
-		send(http.MethodGet, "/search", "")
+		send(http.MethodGet, "/search", "", nil)
 	}
-	send(http.MethodPost, "/login", "user=ada&password=guess")
-	send(http.MethodPost, "/login", "user=ada&password=guess")
-	send(http.MethodPost, "/login", "user=ada&password=correct+horse")
+	send(http.MethodPost, "/login", "user=ada&password=correct+horse", nil) // the owner, once
+	send(http.MethodPost, "/login", "user=ada&password=guess", nil)         // then a guesser, twice
+	send(http.MethodPost, "/login", "user=ada&password=guess", nil)
+	send(http.MethodPost, "/login", "user=ada&password=correct+horse", nil)    // locked, for clients it does not know
+	send(http.MethodPost, "/login", "user=ada&password=correct+horse", device) // but not for the owner's browser
 	// Output:
 	// GET /search 200 "search-ip";r=1;t=30
 	// GET /search 200 "search-ip";r=0;t=30
 	// GET /search 429 "search-ip";r=0;t=30
+	// POST /login 200 "login-key";r=1;t=870
+	//   cookie __Host-postguard-device-login: Secure true, HttpOnly true, SameSite Lax true, Path /, Max-Age 7776000
 	// POST /login 401 "login-key";r=1;t=870
 	// POST /login 401 "login-key";r=0;t=870
 	// POST /login 429 "login-key";r=0;t=870
+	// POST /login 200 "login-key";r=1;t=870
+	//   cookie __Host-postguard-device-login: Secure true, HttpOnly true, SameSite Lax true, Path /, Max-Age 7776000
 }

@@ -1,21 +1,38 @@
 // Package ginlimit puts an abuse.Limiter in front of a Gin app's own routes: as middleware that
 // spends one request of an action per request (Guard.Limit), or as plain calls inside a handler
-// for the failure-counting pattern of a login (Guard.Peek before checking a password,
-// Guard.Spend when it was wrong, Guard.Clear when it was right). The client IP is the
-// abuse.IPResolver's (never Gin's ClientIP, whose fallbacks differ), and a refusal is answered as
-// postguard's own routes answer one: 429 application/problem+json with Retry-After,
-// retry_after_seconds and the IETF draft's RateLimit-Policy and RateLimit headers. The counters
-// are the Limiter's, in the database, shared by every process of the app (and by postguard's
-// limits API when both use the same database and secret).
+// for a login. The client IP is the abuse.IPResolver's (never Gin's ClientIP, whose fallbacks
+// differ), and a refusal is answered as postguard's own routes answer one: 429
+// application/problem+json with Retry-After, retry_after_seconds and the IETF draft's
+// RateLimit-Policy and RateLimit headers. The counters are the Limiter's, in the database, shared
+// by every process of the app (and by postguard's limits API when both use the same database and
+// secret).
+//
+// A login handler spends first, and refunds a success:
+//
+//  1. Guard.Spend before checking the password, with the account as the key and the device
+//     cookie (Guard.Device) if the client has one. A refusal has answered 429: check nothing,
+//     so at most the key rule's limit of passwords per account per window are ever checked,
+//     however many guesses arrive at once.
+//  2. On a wrong password, answer the failure: the attempt is counted already.
+//  3. On a right one, Guard.Clear the account (its key, and the device), Guard.Refund the IP (a
+//     success costs the client nothing), and Guard.IssueDevice, which sets the device cookie:
+//     from then on that browser counts its failures in a bucket of its own, so guessers who lock
+//     the account lock it for everyone but the owner's known devices.
+//
+// Guard.Peek spends nothing and serves to show how many attempts are left; it is not a step of the
+// pattern (guesses that peek at once all pass before any spends). Guard.RevokeDevices forgets
+// every device of an account, after a password change say.
 package ginlimit
 
 import (
 	"cmp"
+	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/gin-gonic/gin"
 
@@ -86,9 +103,9 @@ func (g *Guard) Spend(c *gin.Context, action abuse.Action, subject abuse.Subject
 }
 
 // Peek checks action's rules for subject without spending anything, and answers as Spend does:
-// true while every rule has requests left, false once it answered 429 (or 503). The login
-// pattern peeks before it checks a password, so that an exhausted account is refused even with
-// the right password, and a right guess among the refusals tells a guesser nothing.
+// true while every rule has requests left, false once it answered 429 (or 503). Its RateLimit
+// headers say how many attempts are left. It guards nothing by itself: requests that peek at once
+// all pass before any of them spends, so a login spends first (see the package doc).
 func (g *Guard) Peek(c *gin.Context, action abuse.Action, subject abuse.Subject) bool {
 	return g.answer(c, action, "peek", func() (*abuse.Decision, error) {
 		return g.limiter.Peek(c.Request.Context(), action, subject)
@@ -96,11 +113,77 @@ func (g *Guard) Peek(c *gin.Context, action abuse.Action, subject abuse.Subject)
 }
 
 // Clear starts subject's current windows of action afresh, for the scopes subject names (see
-// abuse.Limiter.Clear): a login that succeeded clears the account's key, and leaves its IP's
-// failures counted. It returns false once it has answered 503, when the database failed.
+// abuse.Limiter.Clear): a login that succeeded clears the account's key (with the request's
+// device, the device's own bucket instead), and leaves its IP's failures counted. It returns
+// false once it has answered 503, when the database failed.
 func (g *Guard) Clear(c *gin.Context, action abuse.Action, subject abuse.Subject) bool {
-	if err := g.limiter.Clear(c.Request.Context(), action, subject); err != nil {
-		g.unavailable(c, action, "clear", err)
+	return g.do(c, action, "clear", func(ctx context.Context) error { return g.limiter.Clear(ctx, action, subject) })
+}
+
+// Refund gives one request back to subject's current windows of action, for the scopes subject
+// names (see abuse.Limiter.Refund): a login that succeeded refunds its IP, so that successes cost
+// a client nothing while its failures still count. It returns false once it has answered 503.
+func (g *Guard) Refund(c *gin.Context, action abuse.Action, subject abuse.Subject) bool {
+	return g.do(c, action, "refund", func(ctx context.Context) error { return g.limiter.Refund(ctx, action, subject) })
+}
+
+// DeviceCookiePrefix starts the name of a trusted-device cookie; the action follows
+// (DeviceCookieName). The __Host- prefix makes browsers keep the cookie only when it is Secure,
+// for the whole host (Path=/) and no other (no Domain), so no subdomain can set or read it.
+const DeviceCookiePrefix = "__Host-postguard-device-"
+
+// DeviceCookieName is the name of action's trusted-device cookie, e.g.
+// "__Host-postguard-device-login".
+func DeviceCookieName(action abuse.Action) string { return DeviceCookiePrefix + string(action) }
+
+// Device returns the request's trusted-device token of action, from its cookie: "" when it has
+// none. Put it in the subject's Device; whatever the cookie holds, a token that does not stand is
+// counted as no token.
+func (g *Guard) Device(c *gin.Context, action abuse.Action) string {
+	cookie, err := c.Request.Cookie(DeviceCookieName(action))
+	if err != nil {
+		return ""
+	}
+	return cookie.Value
+}
+
+// IssueDevice issues a trusted-device token for key (the account whose login just succeeded) and
+// sets it as action's device cookie: __Host- prefixed, Secure, HttpOnly (no script reads it),
+// SameSite=Lax (no other site's request carries it), Path=/, for the limiter's DeviceTokenTTL.
+// A login that succeeds issues a new one each time, so the cookie's life starts afresh. It
+// returns false once it has answered 503 (the database failed; no cookie is set).
+func (g *Guard) IssueDevice(c *gin.Context, action abuse.Action, key string) bool {
+	var token string
+	ok := g.do(c, action, "issue device", func(ctx context.Context) (err error) {
+		token, err = g.limiter.IssueDevice(ctx, action, key)
+		return err
+	})
+	if !ok {
+		return false
+	}
+	http.SetCookie(c.Writer, &http.Cookie{
+		Name:     DeviceCookieName(action),
+		Value:    token,
+		Path:     "/",
+		MaxAge:   int(g.limiter.DeviceTokenTTL() / time.Second),
+		Secure:   true,
+		HttpOnly: true,
+		SameSite: http.SameSiteLaxMode,
+	})
+	return true
+}
+
+// RevokeDevices revokes every trusted device of key for action, in every process (see
+// abuse.Limiter.RevokeDevices): after a password change, say. It returns false once it has
+// answered 503.
+func (g *Guard) RevokeDevices(c *gin.Context, action abuse.Action, key string) bool {
+	return g.do(c, action, "revoke devices", func(ctx context.Context) error { return g.limiter.RevokeDevices(ctx, action, key) })
+}
+
+// do runs op, and answers 503 when it fails.
+func (g *Guard) do(c *gin.Context, action abuse.Action, op string, fn func(ctx context.Context) error) bool {
+	if err := fn(c.Request.Context()); err != nil {
+		g.unavailable(c, action, op, err)
 		return false
 	}
 	return true

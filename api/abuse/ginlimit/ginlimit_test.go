@@ -2,6 +2,7 @@ package ginlimit_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/postguard/postguard/api/abuse"
 	"github.com/postguard/postguard/api/abuse/ginlimit"
+	"github.com/postguard/postguard/internal/bursttest"
 	"github.com/postguard/postguard/internal/dbtest"
 )
 
@@ -150,7 +152,35 @@ func TestGuard_Limit(t *testing.T) {
 	})
 }
 
-func TestGuard_FailureCounting(t *testing.T) {
+// loginRoutes is the login of a host app, as the package doc teaches it: spend first, then check
+// the password (through check, then against right); on a right one clear the account, refund
+// the IP and issue a device cookie.
+func loginRoutes(right string, check func(password string)) func(b *testBundle, r *gin.Engine) {
+	return func(b *testBundle, r *gin.Engine) {
+		r.POST("/login/:account", func(c *gin.Context) {
+			account := c.Param("account")
+			subject := b.guard.Subject(c, abuse.Subject{Key: account, Device: b.guard.Device(c, "login")})
+			if !b.guard.Spend(c, "login", subject) {
+				return
+			}
+			password := c.GetHeader("X-Password")
+			if check != nil {
+				check(password)
+			}
+			if password != right {
+				c.String(http.StatusUnauthorized, "wrong password")
+				return
+			}
+			if b.guard.Clear(c, "login", abuse.Subject{Key: account, Device: subject.Device}) &&
+				b.guard.Refund(c, "login", abuse.Subject{IP: subject.IP}) &&
+				b.guard.IssueDevice(c, "login", account) {
+				b.ok(c)
+			}
+		})
+	}
+}
+
+func TestGuard_Login(t *testing.T) {
 	t.Parallel()
 
 	rules := abuse.Rules{}.
@@ -158,37 +188,120 @@ func TestGuard_FailureCounting(t *testing.T) {
 		With(abuse.Rule{Action: "login", Scope: abuse.ScopeKey, Limit: 2, Window: 15 * time.Minute})
 
 	dbtest.Engines(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
-		// The login of a host app: peek, check the password, spend on a failure, clear on a
-		// success.
-		b := setup(t, newStore, rules, nil, func(b *testBundle, r *gin.Engine) {
-			r.POST("/login/:account", func(c *gin.Context) {
-				subject := b.guard.Subject(c, abuse.Subject{Key: c.Param("account")})
-				if !b.guard.Peek(c, "login", subject) {
-					return
-				}
-				if c.GetHeader("X-Password") != "right" {
-					if b.guard.Spend(c, "login", subject) {
-						c.String(http.StatusUnauthorized, "wrong password")
-					}
-					return
-				}
-				if b.guard.Clear(c, "login", abuse.Subject{Key: subject.Key}) {
-					b.ok(c)
-				}
-			})
-		})
-		login := func(account, password string) *httptest.ResponseRecorder {
-			return request(b, http.MethodPost, "/login/"+account, "198.51.100.7:1", http.Header{"X-Password": {password}})
+		login := func(b *testBundle, ip, account, password string, cookies ...*http.Cookie) *httptest.ResponseRecorder {
+			req := httptest.NewRequest(http.MethodPost, "/login/"+account, nil)
+			req.RemoteAddr = ip + ":1"
+			req.Header.Set("X-Password", password)
+			for _, cookie := range cookies {
+				req.AddCookie(cookie)
+			}
+			rec := httptest.NewRecorder()
+			b.router.ServeHTTP(rec, req)
+			return rec
 		}
 
-		require.Equal(t, http.StatusUnauthorized, login("ada", "wrong").Code)
-		require.Equal(t, http.StatusOK, login("ada", "right").Code)
-		require.Equal(t, http.StatusUnauthorized, login("ada", "wrong").Code, "the success cleared the account's failures")
-		require.Equal(t, http.StatusUnauthorized, login("ada", "wrong").Code)
-		requireRefused(t, login("ada", "right"), "login-key")
-		// The IP's failures were not cleared: 3 of 5 spent, 2 more on any account and it is refused.
-		require.Equal(t, http.StatusUnauthorized, login("bob", "wrong").Code)
-		require.Equal(t, http.StatusUnauthorized, login("carol", "wrong").Code)
-		requireRefused(t, login("dave", "right"), "login-ip")
+		t.Run("FailuresCountSuccessesDoNot", func(t *testing.T) {
+			t.Parallel()
+
+			b := setup(t, newStore, rules, nil, loginRoutes("right", nil))
+			require.Equal(t, http.StatusUnauthorized, login(b, "198.51.100.7", "ada", "wrong").Code)
+			require.Equal(t, http.StatusOK, login(b, "198.51.100.7", "ada", "right").Code)
+			require.Equal(t, http.StatusUnauthorized, login(b, "198.51.100.7", "ada", "wrong").Code, "the success cleared the account's failures")
+			require.Equal(t, http.StatusUnauthorized, login(b, "198.51.100.7", "ada", "wrong").Code)
+			requireRefused(t, login(b, "198.51.100.7", "ada", "right"), "login-key")
+			// The IP has spent 4 of its 5 (the success was refunded, the refusal not counted):
+			// one failure more on any account, and it is refused.
+			require.Equal(t, http.StatusUnauthorized, login(b, "198.51.100.7", "bob", "wrong").Code)
+			requireRefused(t, login(b, "198.51.100.7", "carol", "right"), "login-ip")
+
+			// Successes cost an IP nothing: 5 in a row from a fresh one, 5 more, never refused.
+			for i := range 10 {
+				require.Equal(t, http.StatusOK, login(b, "198.51.100.8", "dave", "right").Code, "success %d", i)
+			}
+		})
+
+		t.Run("BurstChecksAtMostTheLimit", func(t *testing.T) {
+			t.Parallel()
+
+			checker := bursttest.NewChecker()
+			burst := bursttest.Burst{Attempts: 200, Right: 137, Limit: 2}
+			b := setup(t, newStore, rules, nil, loginRoutes(bursttest.Password(burst.Right), checker.Check))
+			result := checker.Run(t, burst, func(i int, password string) int {
+				return login(b, fmt.Sprintf("203.0.%d.%d", i/250, i%250+1), "ada", password).Code
+			})
+			require.LessOrEqual(t, result.Checks, burst.Limit, "passwords checked")
+			require.False(t, result.Found, "the right password was found")
+			require.Equal(t, map[int]int{http.StatusUnauthorized: burst.Limit, http.StatusTooManyRequests: burst.Attempts - burst.Limit}, result.Counts())
+		})
+
+		t.Run("DeviceCookie", func(t *testing.T) {
+			t.Parallel()
+
+			b := setup(t, newStore, rules, nil, loginRoutes("right", nil))
+			rec := login(b, "198.51.100.7", "ada", "right")
+			require.Equal(t, http.StatusOK, rec.Code)
+			cookies := rec.Result().Cookies()
+			require.Len(t, cookies, 1)
+			device := cookies[0]
+			require.Equal(t, "__Host-postguard-device-login", device.Name)
+			require.Equal(t, ginlimit.DeviceCookieName("login"), device.Name)
+			require.NotEmpty(t, device.Value)
+			require.True(t, device.Secure)
+			require.True(t, device.HttpOnly)
+			require.Equal(t, http.SameSiteLaxMode, device.SameSite)
+			require.Equal(t, "/", device.Path)
+			require.Empty(t, device.Domain, "a __Host- cookie names no domain")
+			require.Equal(t, int(abuse.DefaultDeviceTokenTTL/time.Second), device.MaxAge)
+			require.Contains(t, rec.Header().Get("Set-Cookie"), "; Secure")
+
+			// Guessers lock the account: unknown clients are refused, the owner's browser is not.
+			for i := range 2 {
+				require.Equal(t, http.StatusUnauthorized, login(b, fmt.Sprintf("203.0.113.%d", i), "ada", "guess").Code)
+			}
+			none := login(b, "198.51.100.9", "ada", "right")
+			requireRefused(t, none, "login-key")
+			require.Equal(t, http.StatusOK, login(b, "198.51.100.7", "ada", "right", device).Code)
+
+			// A cookie that does not stand is answered exactly as none.
+			for name, value := range map[string]string{"Garbage": "not-a-token", "Empty": "", "Truncated": device.Value[:len(device.Value)-1]} {
+				forged := login(b, "198.51.100.9", "ada", "right", &http.Cookie{Name: device.Name, Value: value})
+				require.Equal(t, none.Code, forged.Code, name)
+				require.Equal(t, none.Header(), forged.Header(), name)
+				require.Equal(t, none.Body.String(), forged.Body.String(), name)
+			}
+		})
+
+		t.Run("DatabaseDownIsA503", func(t *testing.T) {
+			t.Parallel()
+
+			b := setup(t, newStore, rules, nil, func(b *testBundle, r *gin.Engine) {
+				r.POST("/refund", func(c *gin.Context) {
+					if b.guard.Refund(c, "login", b.guard.Subject(c, abuse.Subject{})) {
+						b.ok(c)
+					}
+				})
+				r.POST("/device", func(c *gin.Context) {
+					if b.guard.IssueDevice(c, "login", "ada") {
+						b.ok(c)
+					}
+				})
+				r.POST("/revoke", func(c *gin.Context) {
+					if b.guard.RevokeDevices(c, "login", "ada") {
+						b.ok(c)
+					}
+				})
+			})
+			for _, path := range []string{"/refund", "/device", "/revoke"} {
+				require.Equal(t, http.StatusOK, request(b, http.MethodPost, path, "198.51.100.7:1", nil).Code, path)
+			}
+			require.NoError(t, b.store.Close())
+			for _, path := range []string{"/refund", "/device", "/revoke"} {
+				rec := request(b, http.MethodPost, path, "198.51.100.7:1", nil)
+				require.Equal(t, http.StatusServiceUnavailable, rec.Code, path)
+				require.Equal(t, "5", rec.Header().Get("Retry-After"))
+				require.Empty(t, rec.Header().Get("Set-Cookie"), "no cookie without a token")
+			}
+			require.Equal(t, int64(3), b.handled.Load())
+		})
 	})
 }

@@ -20,9 +20,11 @@ const (
 	EngineSQLite   = "sqlite"
 )
 
-// Mailers MAILER can select.
+// Mailers MAILER can name: resend and smtp, alone or in a failover order (resend,smtp); log
+// alone; none alone.
 const (
 	MailerResend = "resend"
+	MailerSMTP   = "smtp"
 	MailerLog    = "log"
 	MailerNone   = "none"
 )
@@ -39,12 +41,19 @@ type Config struct {
 
 	// AppName is APP_NAME: the product name in mail and on the service's pages.
 	AppName string
+	// LoginURL is APP_LOGIN_URL (APP_URL when unset): where the pages send people next, and the
+	// welcome mail's button.
+	LoginURL string
+	// BrandColor and LogoURL are APP_BRAND_COLOR (#rrggbb, mail.DefaultBrandColor when unset)
+	// and APP_LOGO_URL ("" for none), which Renderer was built with.
+	BrandColor string
+	LogoURL    string
 	// MailTemplatesDir and DefaultLocale are MAIL_TEMPLATES_DIR and DEFAULT_LOCALE, which
 	// Renderer was built from.
 	MailTemplatesDir string
 	DefaultLocale    string
-	// Renderer renders the mail, built and checked where the configuration is read; nil means
-	// the built-in templates, branded postguard, on AppURL.
+	// Renderer renders the mail and the pages, built and checked where the configuration is
+	// read; nil means the built-in templates, branded postguard, on AppURL.
 	Renderer *mail.Renderer
 
 	// MetricsAddr is the listener of /metrics for serve and api; "" when METRICS_ADDR is off. A
@@ -55,11 +64,19 @@ type Config struct {
 	// generated one in PATH.secret beside the database.
 	AppSecret []byte
 
-	ResendAPIKey    string
-	ResendFromEmail string
-	ResendBaseURL   string
-	ResendMaxRPS    float64
-	Mailer          string // MailerResend, MailerLog or MailerNone
+	ResendAPIKey  string
+	ResendBaseURL string
+	ResendMaxRPS  float64
+
+	// Mailers is MAILER: the providers in failover order (MailerResend, MailerSMTP), or
+	// MailerLog alone; empty for MAILER=none.
+	Mailers []string
+	// MailFrom is the sender of every mail, whichever provider sends it: MAIL_FROM, or
+	// RESEND_FROM_EMAIL when unset.
+	MailFrom string
+	// SMTPURL is SMTP_URL, parsed; nil when unset. SMTPMaxRPS is SMTP_MAX_RPS.
+	SMTPURL    *mail.SMTPURL
+	SMTPMaxRPS float64
 
 	TrustedProxies []netip.Prefix
 	Rules          abuse.Rules
@@ -76,6 +93,9 @@ type Config struct {
 	AdminToken string
 	// LimitsToken is LIMITS_API_TOKEN, the bearer token of /v1/limits; "" serves no limits API.
 	LimitsToken string
+
+	// DeviceTokenTTL is DEVICE_TOKEN_TTL: the life of a trusted-device token.
+	DeviceTokenTTL time.Duration
 
 	JobRetention      time.Duration
 	CounterRetention  time.Duration

@@ -1,12 +1,15 @@
 package service
 
 import (
+	"cmp"
 	"context"
+	"crypto/tls"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/netip"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -48,8 +51,11 @@ func (r Role) Serves() bool { return r != RoleWorker }
 
 // Opts are what a caller may give New beyond the Config. A nil *Opts is fine.
 type Opts struct {
-	// Sender replaces the mailer Config.Mailer names (the load tool's no-op sender).
+	// Sender replaces the mailers Config.Mailers name (the load tool's no-op sender).
 	Sender mail.Sender
+	// SMTPTLSConfig, when set, is the TLS configuration of the SMTP sender (the root CA of a
+	// test server's certificate); nil verifies the server against the system's roots.
+	SMTPTLSConfig *tls.Config
 	// APIConfigFunc makes last changes to the API's config before its router is built (the load
 	// tool's hash concurrency; tests' short request timeouts).
 	APIConfigFunc func(config *api.Config)
@@ -73,7 +79,7 @@ type Service struct {
 	// (its delivery counts by kind would tell anyone which addresses have accounts); nil for a
 	// worker, which serves /metrics on HTTP_ADDR, and when METRICS_ADDR is off.
 	MetricsHandler http.Handler
-	// Mailer names the mailer in use, for the start line: the one Config.Mailer names, or
+	// Mailer names the mailers in use, for the start line: MAILER's list ("resend,smtp"), or
 	// "custom" for Opts.Sender.
 	Mailer string
 	// DevMail is the log mailer's outbox, which the API serves at /dev/mail: set for `serve` with
@@ -83,12 +89,15 @@ type Service struct {
 	// riverUIEndpoints is River UI's API on the store's River client.
 	riverUIEndpoints func() uiendpoints.Bundle
 	stopUI           context.CancelFunc
+	// lite is the embedded engine under Store; nil on PostgreSQL.
+	lite *sqlite.Engine
 }
 
 // New builds the process of role from config: it opens the engine, takes the secret (on the
 // embedded default, the one kept beside the database), builds the store and its River client with
 // postguard's workers, migrates the embedded default (on PostgreSQL it checks the schema and
-// refuses to run behind it), and builds the role's handler. Close releases what it made.
+// refuses to run behind it), checks the secret against the one the database was made with
+// (CheckSecret), and builds the role's handler. Close releases what it made.
 func New(ctx context.Context, config *Config, logger *slog.Logger, role Role, opts *Opts) (_ *Service, err error) {
 	if opts == nil {
 		opts = &Opts{}
@@ -97,16 +106,22 @@ func New(ctx context.Context, config *Config, logger *slog.Logger, role Role, op
 		return nil, fmt.Errorf("`postguard %s` needs PostgreSQL (DATABASE_URL=postgres://…): the embedded SQLite database belongs to one process; use `postguard serve`", role)
 	}
 
-	sender, mailer := opts.Sender, "custom"
+	providers, mailer := []jobs.Provider(nil), "custom"
 	var devMail *mail.Outbox
-	if sender == nil {
-		if sender, devMail, err = newSender(config, logger, role); err != nil {
+	if opts.Sender != nil {
+		providers = []jobs.Provider{{Name: mailer, Sender: opts.Sender, MaxRPS: config.ResendMaxRPS}}
+	} else {
+		if providers, devMail, err = newProviders(config, logger, role, opts); err != nil {
 			return nil, err
 		}
-		mailer = config.Mailer
+		mailer = cmp.Or(strings.Join(config.Mailers, ","), MailerNone)
 	}
-	if role.Works() && sender == nil {
+	if role.Works() && len(providers) == 0 {
 		logger.WarnContext(ctx, "MAILER=none: email jobs stay queued until a mailer is configured; nothing is lost")
+	}
+	if role.Works() && config.SMTPURL != nil && config.SMTPURL.Scheme == mail.SMTPSchemeInsecure && slices.Contains(config.Mailers, MailerSMTP) {
+		logger.WarnContext(ctx, "SMTP_URL is smtp+insecure://: mail crosses the network to the relay unencrypted; use it for a relay on this host or a private network only",
+			slog.String("smtp_url", config.SMTPURL.Redacted()))
 	}
 	if role.Works() && config.Renderer != nil {
 		for _, warning := range config.Renderer.Warnings() {
@@ -118,13 +133,13 @@ func New(ctx context.Context, config *Config, logger *slog.Logger, role Role, op
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
 	s := &Service{Config: config, Logger: logger, Role: role, Registry: registry, Mailer: mailer, DevMail: devMail}
-	secret, err := s.open(ctx, func(store riverstore.Store, secret []byte) (*river.Config, error) {
+	secret, err := s.open(ctx, true, func(store riverstore.Store, secret []byte) (*river.Config, error) {
 		riverConfig, err := jobs.NewRiverConfig(
 			&jobs.Deps{
 				Store:      store,
 				Recipients: jobs.UserRecipients(store), // postguard's own users table
 				Jobs:       store.Jobs(),
-				Sender:     sender,
+				Providers:  providers,
 				Logger:     logger,
 				Registerer: registry,
 				Renderer:   config.Renderer,
@@ -132,11 +147,13 @@ func New(ctx context.Context, config *Config, logger *slog.Logger, role Role, op
 			&jobs.Config{
 				Secret:            secret,
 				AppURL:            config.AppURL,
+				LoginURL:          config.LoginURL,
 				EmailWorkers:      config.EmailWorkers,
 				JobTimeout:        config.JobTimeout,
 				RescueAfter:       config.JobRescueAfter,
 				JobRetention:      config.JobRetention,
 				CounterRetention:  config.CounterRetention,
+				DeviceTokenTTL:    config.DeviceTokenTTL,
 				PruneInterval:     config.PruneInterval,
 				MaxRPS:            config.ResendMaxRPS,
 				FetchCooldown:     config.FetchCooldown,
@@ -171,6 +188,11 @@ func New(ctx context.Context, config *Config, logger *slog.Logger, role Role, op
 	} else if err := s.Store.CheckSchema(ctx); err != nil {
 		return nil, err
 	}
+	// Every role checks its secret against the database's before it does anything with it; the
+	// first to start records it, should nothing have yet.
+	if err := CheckSecret(ctx, s.Store, secret, SecretSource(config)); err != nil {
+		return nil, err
+	}
 
 	if s.Handler, err = s.handler(secret, opts); err != nil {
 		return nil, err
@@ -184,19 +206,20 @@ func New(ctx context.Context, config *Config, logger *slog.Logger, role Role, op
 }
 
 // OpenStore opens the store DATABASE_URL names with an insert-only River client, for work that
-// needs no workers (`postguard migrate`). Close the store when done.
+// needs no workers and no secret (the load tool's own statements). Close the store when done.
 func OpenStore(ctx context.Context, config *Config, logger *slog.Logger) (riverstore.Store, error) {
 	s := &Service{Config: config, Logger: logger}
-	if _, err := s.open(ctx, nil); err != nil {
+	if _, err := s.open(ctx, false, nil); err != nil {
 		return nil, err
 	}
 	return s.Store, nil
 }
 
 // open opens the engine and builds s.Store on it, with the River config riverConfigFunc returns
-// given the store and the secret, and returns the secret: APP_SECRET, or the embedded default's
-// own. Without riverConfigFunc the client is insert-only and no secret is needed.
-func (s *Service) open(ctx context.Context, riverConfigFunc func(store riverstore.Store, secret []byte) (*river.Config, error)) ([]byte, error) {
+// given the store and the secret (nil: an insert-only client), and returns the secret when
+// withSecret: APP_SECRET, or the embedded default's own (made for a new database; a lost one is
+// refused, see sqlite.Engine.AppSecret).
+func (s *Service) open(ctx context.Context, withSecret bool, riverConfigFunc func(store riverstore.Store, secret []byte) (*river.Config, error)) ([]byte, error) {
 	config := s.Config
 	secret := config.AppSecret
 	var newStore func(storeConfig *riverstore.Config) (riverstore.Store, error)
@@ -214,12 +237,16 @@ func (s *Service) open(ctx context.Context, riverConfigFunc func(store riverstor
 		if err != nil {
 			return nil, fmt.Errorf("error opening SQLite database %s (DATABASE_URL): %w", config.SQLitePath, err)
 		}
-		if secret == nil && riverConfigFunc != nil {
-			if secret, err = lite.AppSecret(); err != nil {
+		if secret == nil && withSecret {
+			if secret, err = lite.AppSecret(ctx); err != nil {
 				lite.Close()
+				if errors.Is(err, sqlite.ErrSecretFileMissing) {
+					return nil, secretFileMissing(config)
+				}
 				return nil, err
 			}
 		}
+		s.lite = lite
 		newStore = func(storeConfig *riverstore.Config) (riverstore.Store, error) {
 			return openStore(s, lite, riversqlite.New(lite.DB()), storeConfig)
 		}
@@ -279,7 +306,7 @@ func (s *Service) handler(secret []byte, opts *Opts) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	limiter, err := abuse.NewLimiter(s.Store, secret, config.Rules, &abuse.LimiterConfig{Metrics: limiterMetrics})
+	limiter, err := abuse.NewLimiter(s.Store, secret, config.Rules, &abuse.LimiterConfig{DeviceTokenTTL: config.DeviceTokenTTL, Metrics: limiterMetrics})
 	if err != nil {
 		return nil, err
 	}
@@ -290,6 +317,7 @@ func (s *Service) handler(secret []byte, opts *Opts) (http.Handler, error) {
 		Secret:          secret,
 		AppURL:          config.AppURL,
 		AppName:         config.AppName,
+		Renderer:        config.Renderer,
 		Logger:          s.Logger,
 		Registerer:      s.Registry,
 		Gatherer:        s.Registry,
@@ -332,50 +360,64 @@ func NewHTTPServer(handler http.Handler, logger *slog.Logger) *http.Server {
 	}
 }
 
-// newSender builds the mailer MAILER names; nil for none. The log mailer of `serve` keeps its
-// mail in an outbox for /dev/mail when DevMailServed says so.
-func newSender(config *Config, logger *slog.Logger, role Role) (mail.Sender, *mail.Outbox, error) {
-	switch config.Mailer {
-	case MailerResend:
-		sender, err := mail.NewResendSender(&mail.ResendConfig{
-			APIKey:  config.ResendAPIKey,
-			From:    config.ResendFromEmail,
-			BaseURL: config.ResendBaseURL,
-			Timeout: config.JobTimeout,
-		})
-		if err != nil {
-			return nil, nil, fmt.Errorf("error creating Resend sender: %w", err)
+// newProviders builds the providers MAILER names, in its order; none for none. The log mailer of
+// `serve` keeps its mail in an outbox for /dev/mail when DevMailServed says so.
+func newProviders(config *Config, logger *slog.Logger, role Role, opts *Opts) ([]jobs.Provider, *mail.Outbox, error) {
+	var (
+		providers []jobs.Provider
+		outbox    *mail.Outbox
+	)
+	for _, name := range config.Mailers {
+		switch name {
+		case MailerResend:
+			sender, err := mail.NewResendSender(&mail.ResendConfig{
+				APIKey:  config.ResendAPIKey,
+				From:    config.MailFrom,
+				BaseURL: config.ResendBaseURL,
+				Timeout: config.JobTimeout,
+			})
+			if err != nil {
+				return nil, nil, fmt.Errorf("error creating Resend sender: %w", err)
+			}
+			providers = append(providers, jobs.Provider{Name: name, Sender: sender, MaxRPS: config.ResendMaxRPS})
+		case MailerSMTP:
+			sender, err := mail.NewSMTPSender(&mail.SMTPConfig{
+				URL:       config.SMTPURL,
+				From:      config.MailFrom,
+				TLSConfig: opts.SMTPTLSConfig,
+				Timeout:   config.JobTimeout,
+			})
+			if err != nil {
+				return nil, nil, fmt.Errorf("error creating SMTP sender: %w", err)
+			}
+			providers = append(providers, jobs.Provider{Name: name, Sender: sender, MaxRPS: config.SMTPMaxRPS})
+		case MailerLog:
+			var sender *mail.LogSender
+			switch {
+			case role != RoleServe:
+				sender = mail.NewLogSender(logger, nil)
+			case !DevMailServed(config.AppURL):
+				logger.Warn("/dev/mail is not served: APP_URL is not a loopback address, and /dev/mail would show every mail's links to whoever asks; the log mailer prints whole mails instead",
+					slog.String("app_url", config.AppURL))
+				sender = mail.NewLogSender(logger, nil)
+			default:
+				outbox = mail.NewOutbox(mail.DefaultOutboxSize)
+				sender = mail.NewLogSender(logger, &mail.LogSenderConfig{Outbox: outbox, DevMailURL: config.AppURL + "/dev/mail"})
+			}
+			providers = append(providers, jobs.Provider{Name: name, Sender: sender, MaxRPS: config.ResendMaxRPS})
+		default:
+			return nil, nil, fmt.Errorf("no mailer %q", name)
 		}
-		return sender, nil, nil
-	case MailerLog:
-		if role != RoleServe {
-			return mail.NewLogSender(logger, nil), nil, nil
-		}
-		if !DevMailServed(config.AppURL) {
-			logger.Warn("/dev/mail is not served: APP_URL is not a loopback address, and /dev/mail would show every mail's links to whoever asks; the log mailer prints whole mails instead",
-				slog.String("app_url", config.AppURL))
-			return mail.NewLogSender(logger, nil), nil, nil
-		}
-		outbox := mail.NewOutbox(mail.DefaultOutboxSize)
-		return mail.NewLogSender(logger, &mail.LogSenderConfig{Outbox: outbox, DevMailURL: config.AppURL + "/dev/mail"}), outbox, nil
-	default:
-		return nil, nil, nil
 	}
+	return providers, outbox, nil
 }
 
 // DevMailServed says whether `serve` with MAILER=log serves /dev/mail for appURL (APP_URL): only
-// when its host is a loopback name or address (localhost, 127.0.0.1, [::1]), the development
-// machine's own. /dev/mail shows every mail with its links, a reset link among them, so a
-// deployment with a public APP_URL never serves it, even when it runs the log mailer.
+// when its host is a loopback name or address (api.LoopbackHost: localhost, 127.0.0.1, [::1]),
+// the development machine's own. /dev/mail shows every mail with its links, a reset link among
+// them, so a deployment with a public APP_URL never serves it, even when it runs the log mailer;
+// and where it is served, it answers only requests from this machine (see api.Config.DevMail).
 func DevMailServed(appURL string) bool {
 	u, err := url.Parse(appURL)
-	if err != nil {
-		return false
-	}
-	host := strings.ToLower(u.Hostname())
-	if host == "localhost" || strings.HasSuffix(host, ".localhost") {
-		return true
-	}
-	addr, err := netip.ParseAddr(host)
-	return err == nil && addr.IsLoopback()
+	return err == nil && api.LoopbackHost(u.Hostname())
 }

@@ -36,7 +36,7 @@ func (q *Queries) EmailMessageDeleteBefore(ctx context.Context, db DBTX, arg Ema
 }
 
 const emailMessageGetByJob = `-- name: EmailMessageGetByJob :one
-SELECT job_id, kind, user_id, idempotency_key, key_created_at, status, provider_id, accepted_at, created_at, updated_at, status_at, sent_at, delivered_at, delayed_at, bounced_at, complained_at, suppressed_at, failed_at, bounce_type, bounce_sub_type, locale, payload_sha256
+SELECT job_id, kind, user_id, idempotency_key, key_created_at, status, provider_id, accepted_at, created_at, updated_at, status_at, sent_at, delivered_at, delayed_at, bounced_at, complained_at, suppressed_at, failed_at, bounce_type, bounce_sub_type, locale, payload_sha256, provider, provider_in_doubt
 FROM email_messages
 WHERE job_id = $1::bigint
 `
@@ -68,12 +68,14 @@ func (q *Queries) EmailMessageGetByJob(ctx context.Context, db DBTX, jobID int64
 		&i.BounceSubType,
 		&i.Locale,
 		&i.PayloadSHA256,
+		&i.Provider,
+		&i.ProviderInDoubt,
 	)
 	return &i, err
 }
 
 const emailMessageGetByProviderID = `-- name: EmailMessageGetByProviderID :one
-SELECT job_id, kind, user_id, idempotency_key, key_created_at, status, provider_id, accepted_at, created_at, updated_at, status_at, sent_at, delivered_at, delayed_at, bounced_at, complained_at, suppressed_at, failed_at, bounce_type, bounce_sub_type, locale, payload_sha256
+SELECT job_id, kind, user_id, idempotency_key, key_created_at, status, provider_id, accepted_at, created_at, updated_at, status_at, sent_at, delivered_at, delayed_at, bounced_at, complained_at, suppressed_at, failed_at, bounce_type, bounce_sub_type, locale, payload_sha256, provider, provider_in_doubt
 FROM email_messages
 WHERE provider_id = $1::text
 ORDER BY job_id DESC
@@ -110,6 +112,8 @@ func (q *Queries) EmailMessageGetByProviderID(ctx context.Context, db DBTX, prov
 		&i.BounceSubType,
 		&i.Locale,
 		&i.PayloadSHA256,
+		&i.Provider,
+		&i.ProviderInDoubt,
 	)
 	return &i, err
 }
@@ -139,7 +143,7 @@ INSERT INTO email_messages (
     $5::timestamptz
 )
 ON CONFLICT (job_id) DO NOTHING
-RETURNING job_id, kind, user_id, idempotency_key, key_created_at, status, provider_id, accepted_at, created_at, updated_at, status_at, sent_at, delivered_at, delayed_at, bounced_at, complained_at, suppressed_at, failed_at, bounce_type, bounce_sub_type, locale, payload_sha256
+RETURNING job_id, kind, user_id, idempotency_key, key_created_at, status, provider_id, accepted_at, created_at, updated_at, status_at, sent_at, delivered_at, delayed_at, bounced_at, complained_at, suppressed_at, failed_at, bounce_type, bounce_sub_type, locale, payload_sha256, provider, provider_in_doubt
 `
 
 type EmailMessageInsertParams struct {
@@ -189,12 +193,14 @@ func (q *Queries) EmailMessageInsert(ctx context.Context, db DBTX, arg EmailMess
 		&i.BounceSubType,
 		&i.Locale,
 		&i.PayloadSHA256,
+		&i.Provider,
+		&i.ProviderInDoubt,
 	)
 	return &i, err
 }
 
 const emailMessageListByUser = `-- name: EmailMessageListByUser :many
-SELECT job_id, kind, user_id, idempotency_key, key_created_at, status, provider_id, accepted_at, created_at, updated_at, status_at, sent_at, delivered_at, delayed_at, bounced_at, complained_at, suppressed_at, failed_at, bounce_type, bounce_sub_type, locale, payload_sha256
+SELECT job_id, kind, user_id, idempotency_key, key_created_at, status, provider_id, accepted_at, created_at, updated_at, status_at, sent_at, delivered_at, delayed_at, bounced_at, complained_at, suppressed_at, failed_at, bounce_type, bounce_sub_type, locale, payload_sha256, provider, provider_in_doubt
 FROM email_messages
 WHERE user_id = $1::bigint
 ORDER BY created_at DESC, job_id DESC
@@ -239,6 +245,8 @@ func (q *Queries) EmailMessageListByUser(ctx context.Context, db DBTX, arg Email
 			&i.BounceSubType,
 			&i.Locale,
 			&i.PayloadSHA256,
+			&i.Provider,
+			&i.ProviderInDoubt,
 		); err != nil {
 			return nil, err
 		}
@@ -254,24 +262,69 @@ const emailMessageMarkAccepted = `-- name: EmailMessageMarkAccepted :execrows
 UPDATE email_messages
 SET status = CASE WHEN accepted_at IS NULL THEN 'sent' ELSE status END,
     status_at = CASE WHEN accepted_at IS NULL THEN NULL ELSE status_at END,
-    provider_id = coalesce(provider_id, $1::text),
-    accepted_at = coalesce(accepted_at, $2::timestamptz),
-    sent_at = coalesce(sent_at, $2::timestamptz),
-    updated_at = $2::timestamptz
-WHERE job_id = $3::bigint
+    provider = coalesce(provider, $1::text),
+    provider_id = coalesce(provider_id, $2::text),
+    provider_in_doubt = NULL,
+    accepted_at = coalesce(accepted_at, $3::timestamptz),
+    sent_at = coalesce(sent_at, $3::timestamptz),
+    updated_at = $3::timestamptz
+WHERE job_id = $4::bigint
 `
 
 type EmailMessageMarkAcceptedParams struct {
+	Provider   string
 	ProviderID string
 	Now        time.Time
 	JobID      int64
 }
 
-// EmailMessageMarkAccepted records that the provider accepted a message (status sent, its own
-// status, so status_at is NULL) and the id it gave it. The first acceptance stays, and so does
-// whatever status the provider's events have set since.
+// EmailMessageMarkAccepted records that a provider accepted a message (status sent, its own
+// status, so status_at is NULL), which provider and the id it gave it; no provider is in doubt
+// any more. The first acceptance stays, and so does whatever status the provider's events have
+// set since.
 func (q *Queries) EmailMessageMarkAccepted(ctx context.Context, db DBTX, arg EmailMessageMarkAcceptedParams) (int64, error) {
-	result, err := db.Exec(ctx, emailMessageMarkAccepted, arg.ProviderID, arg.Now, arg.JobID)
+	result, err := db.Exec(ctx, emailMessageMarkAccepted,
+		arg.Provider,
+		arg.ProviderID,
+		arg.Now,
+		arg.JobID,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const emailMessageMarkBounced = `-- name: EmailMessageMarkBounced :execrows
+UPDATE email_messages
+SET status = 'bounced',
+    status_at = $1::timestamptz,
+    bounced_at = coalesce(bounced_at, $1::timestamptz),
+    bounce_type = $2::text,
+    bounce_sub_type = $3::text,
+    provider_in_doubt = NULL,
+    updated_at = $1::timestamptz
+WHERE job_id = $4::bigint
+    AND accepted_at IS NULL
+`
+
+type EmailMessageMarkBouncedParams struct {
+	Now           time.Time
+	BounceType    string
+	BounceSubType string
+	JobID         int64
+}
+
+// EmailMessageMarkBounced records that the provider refused a message's recipient for good while
+// it was sent (an SMTP relay's 5xx to RCPT TO): status bounced at @now, with the provider's
+// classification. A message accepted already is left as it is.
+func (q *Queries) EmailMessageMarkBounced(ctx context.Context, db DBTX, arg EmailMessageMarkBouncedParams) (int64, error) {
+	result, err := db.Exec(ctx, emailMessageMarkBounced,
+		arg.Now,
+		arg.BounceType,
+		arg.BounceSubType,
+		arg.JobID,
+	)
 	if err != nil {
 		return 0, err
 	}
@@ -339,6 +392,7 @@ SET idempotency_key = $1::text,
     key_created_at = $2::timestamptz,
     locale = $3::text,
     payload_sha256 = $4::bytea,
+    provider_in_doubt = NULL,
     updated_at = $2::timestamptz
 WHERE job_id = $5::bigint
     AND accepted_at IS NULL
@@ -354,7 +408,8 @@ type EmailMessageRekeyParams struct {
 
 // EmailMessageRekey gives a message the provider has not accepted a new idempotency key, with the
 // locale and payload digest of what is sent under it: for a job that starts over after its key's
-// life, or whose mail renders other bytes than before.
+// life, or whose mail renders other bytes than before. It starts over: no provider is in doubt of
+// what is sent under the new key.
 func (q *Queries) EmailMessageRekey(ctx context.Context, db DBTX, arg EmailMessageRekeyParams) (int64, error) {
 	result, err := db.Exec(ctx, emailMessageRekey,
 		arg.IdempotencyKey,
@@ -420,6 +475,32 @@ func (q *Queries) EmailMessageSetLifecycle(ctx context.Context, db DBTX, arg Ema
 		arg.Now,
 		arg.JobID,
 	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const emailMessageSetProviderInDoubt = `-- name: EmailMessageSetProviderInDoubt :execrows
+UPDATE email_messages
+SET provider_in_doubt = $1::text,
+    updated_at = $2::timestamptz
+WHERE job_id = $3::bigint
+    AND accepted_at IS NULL
+`
+
+type EmailMessageSetProviderInDoubtParams struct {
+	Provider *string
+	Now      time.Time
+	JobID    int64
+}
+
+// EmailMessageSetProviderInDoubt records, before a send, the provider the message is handed to
+// (its answer may be lost, or the worker die meanwhile: the job's later attempts then go to that
+// provider only), or clears it (NULL) once that provider answered that it did not take the mail.
+// A message accepted already is left as it is.
+func (q *Queries) EmailMessageSetProviderInDoubt(ctx context.Context, db DBTX, arg EmailMessageSetProviderInDoubtParams) (int64, error) {
+	result, err := db.Exec(ctx, emailMessageSetProviderInDoubt, arg.Provider, arg.Now, arg.JobID)
 	if err != nil {
 		return 0, err
 	}

@@ -11,28 +11,30 @@ import (
 )
 
 type EmailMessage struct {
-	JobID          int64
-	Kind           string
-	UserID         int64
-	IdempotencyKey string
-	KeyCreatedAt   time.Time
-	Status         string
-	ProviderID     *string
-	AcceptedAt     *time.Time
-	CreatedAt      time.Time
-	UpdatedAt      time.Time
-	StatusAt       *time.Time
-	SentAt         *time.Time
-	DeliveredAt    *time.Time
-	DelayedAt      *time.Time
-	BouncedAt      *time.Time
-	ComplainedAt   *time.Time
-	SuppressedAt   *time.Time
-	FailedAt       *time.Time
-	BounceType     *string
-	BounceSubType  *string
-	Locale         string
-	PayloadSHA256  []byte
+	JobID           int64
+	Kind            string
+	UserID          int64
+	IdempotencyKey  string
+	KeyCreatedAt    time.Time
+	Status          string
+	ProviderID      *string
+	AcceptedAt      *time.Time
+	CreatedAt       time.Time
+	UpdatedAt       time.Time
+	StatusAt        *time.Time
+	SentAt          *time.Time
+	DeliveredAt     *time.Time
+	DelayedAt       *time.Time
+	BouncedAt       *time.Time
+	ComplainedAt    *time.Time
+	SuppressedAt    *time.Time
+	FailedAt        *time.Time
+	BounceType      *string
+	BounceSubType   *string
+	Locale          string
+	PayloadSHA256   []byte
+	Provider        *string
+	ProviderInDoubt *string
 }
 
 type EmailSuppression struct {
@@ -63,9 +65,20 @@ type RateLimitCounter struct {
 	LimitCount  int64
 }
 
+type RateLimitDeviceRevocation struct {
+	KeyHash   []byte
+	RevokedAt time.Time
+}
+
 type ReadinessHeartbeat struct {
 	ID     int16
 	BeatAt time.Time
+}
+
+type SecretCheck struct {
+	ID         int16
+	CheckValue []byte
+	RecordedAt time.Time
 }
 
 type SendPacer struct {

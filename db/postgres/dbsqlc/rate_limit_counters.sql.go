@@ -53,9 +53,30 @@ func (q *Queries) RateLimitCounterConsume(ctx context.Context, db DBTX, arg Rate
 }
 
 const rateLimitCounterConsumeChain = `-- name: RateLimitCounterConsumeChain :one
-WITH first AS (
+WITH device AS (
+    SELECT (
+        $1::bytea IS NOT NULL
+        AND NOT EXISTS (
+            SELECT 1
+            FROM rate_limit_device_revocations
+            WHERE rate_limit_device_revocations.key_hash = $2::bytea
+                AND rate_limit_device_revocations.revoked_at > $3::timestamptz
+        )
+    ) AS trusted
+),
+keys AS (
+    SELECT
+        CASE WHEN device.trusted AND $4::integer = 1 THEN $1::bytea ELSE $5::bytea END AS key_1,
+        CASE WHEN device.trusted AND $4::integer = 2 THEN $1::bytea ELSE $6::bytea END AS key_2,
+        CASE WHEN device.trusted AND $4::integer = 3 THEN $1::bytea ELSE $7::bytea END AS key_3,
+        device.trusted
+    FROM device
+),
+first AS (
     INSERT INTO rate_limit_counters (key_hash, window_start, window_end, count, limit_count)
-    VALUES ($1::bytea, $2::timestamptz, $3::timestamptz, 1, $4::bigint)
+    SELECT keys.key_1, $8::timestamptz, $9::timestamptz, 1, $10::bigint
+    FROM keys
+    WHERE keys.key_1 IS NOT NULL
     ON CONFLICT (key_hash, window_start) DO UPDATE
     SET count = rate_limit_counters.count + 1
     WHERE rate_limit_counters.count < excluded.limit_count
@@ -63,9 +84,9 @@ WITH first AS (
 ),
 second AS (
     INSERT INTO rate_limit_counters (key_hash, window_start, window_end, count, limit_count)
-    SELECT $5::bytea, $6::timestamptz, $7::timestamptz, 1, $8::bigint
-    FROM first
-    WHERE $5::bytea IS NOT NULL
+    SELECT keys.key_2, $11::timestamptz, $12::timestamptz, 1, $13::bigint
+    FROM first, keys
+    WHERE keys.key_2 IS NOT NULL
     ON CONFLICT (key_hash, window_start) DO UPDATE
     SET count = rate_limit_counters.count + 1
     WHERE rate_limit_counters.count < excluded.limit_count
@@ -73,9 +94,9 @@ second AS (
 ),
 third AS (
     INSERT INTO rate_limit_counters (key_hash, window_start, window_end, count, limit_count)
-    SELECT $9::bytea, $10::timestamptz, $11::timestamptz, 1, $12::bigint
-    FROM second
-    WHERE $9::bytea IS NOT NULL
+    SELECT keys.key_3, $14::timestamptz, $15::timestamptz, 1, $16::bigint
+    FROM second, keys
+    WHERE keys.key_3 IS NOT NULL
     ON CONFLICT (key_hash, window_start) DO UPDATE
     SET count = rate_limit_counters.count + 1
     WHERE rate_limit_counters.count < excluded.limit_count
@@ -85,34 +106,41 @@ counts AS (
     SELECT
         coalesce((SELECT count FROM first), 0)::bigint AS count_1,
         coalesce((SELECT count FROM second), 0)::bigint AS count_2,
-        coalesce((SELECT count FROM third), 0)::bigint AS count_3
+        coalesce((SELECT count FROM third), 0)::bigint AS count_3,
+        (SELECT trusted FROM keys)::boolean AS device_trusted
 )
 SELECT
     counts.count_1,
     counts.count_2,
-    counts.count_3
+    counts.count_3,
+    counts.device_trusted
 FROM counts
 `
 
 type RateLimitCounterConsumeChainParams struct {
-	KeyHash1     []byte
-	WindowStart1 time.Time
-	WindowEnd1   time.Time
-	LimitCount1  int64
-	KeyHash2     []byte
-	WindowStart2 time.Time
-	WindowEnd2   time.Time
-	LimitCount2  int64
-	KeyHash3     []byte
-	WindowStart3 time.Time
-	WindowEnd3   time.Time
-	LimitCount3  int64
+	DeviceKeyHash        []byte
+	DeviceRevocationHash []byte
+	DeviceSince          time.Time
+	DeviceWindow         int32
+	KeyHash1             []byte
+	KeyHash2             []byte
+	KeyHash3             []byte
+	WindowStart1         time.Time
+	WindowEnd1           time.Time
+	LimitCount1          int64
+	WindowStart2         time.Time
+	WindowEnd2           time.Time
+	LimitCount2          int64
+	WindowStart3         time.Time
+	WindowEnd3           time.Time
+	LimitCount3          int64
 }
 
 type RateLimitCounterConsumeChainRow struct {
-	Count1 int64
-	Count2 int64
-	Count3 int64
+	Count1        int64
+	Count2        int64
+	Count3        int64
+	DeviceTrusted bool
 }
 
 // RateLimitCounterConsumeChain spends one request of up to three fixed windows, in order, in one
@@ -122,32 +150,67 @@ type RateLimitCounterConsumeChainRow struct {
 // not part of the chain, nor is any after it. A count of 0 says that window refused or was not
 // spent (an admitted window counts at least 1). The windows' keys are of different scopes, so no
 // two CTEs touch one row, and every statement locks its rows in the same order of scopes:
-// concurrent chains cannot deadlock. It names no table but the counters: the limiter's part of
-// postguard's tables is all it needs (RateLimitCounterConsumeChainUser reads a user too).
+// concurrent chains cannot deadlock. It names no table but the limiter's part of postguard's
+// tables, all a host of the limiter alone has (RateLimitCounterConsumeChainUser reads a user too).
+//
+// A trusted device (@device_key_hash not NULL) is checked in the same statement: while no
+// revocation of its account's devices (@device_revocation_hash) is later than @device_since, the
+// window at position @device_window (1-based) is the device's own, @device_key_hash, instead of
+// the account's; device_trusted says which was spent.
 func (q *Queries) RateLimitCounterConsumeChain(ctx context.Context, db DBTX, arg RateLimitCounterConsumeChainParams) (*RateLimitCounterConsumeChainRow, error) {
 	row := db.QueryRow(ctx, rateLimitCounterConsumeChain,
+		arg.DeviceKeyHash,
+		arg.DeviceRevocationHash,
+		arg.DeviceSince,
+		arg.DeviceWindow,
 		arg.KeyHash1,
+		arg.KeyHash2,
+		arg.KeyHash3,
 		arg.WindowStart1,
 		arg.WindowEnd1,
 		arg.LimitCount1,
-		arg.KeyHash2,
 		arg.WindowStart2,
 		arg.WindowEnd2,
 		arg.LimitCount2,
-		arg.KeyHash3,
 		arg.WindowStart3,
 		arg.WindowEnd3,
 		arg.LimitCount3,
 	)
 	var i RateLimitCounterConsumeChainRow
-	err := row.Scan(&i.Count1, &i.Count2, &i.Count3)
+	err := row.Scan(
+		&i.Count1,
+		&i.Count2,
+		&i.Count3,
+		&i.DeviceTrusted,
+	)
 	return &i, err
 }
 
 const rateLimitCounterConsumeChainUser = `-- name: RateLimitCounterConsumeChainUser :one
-WITH first AS (
+WITH device AS (
+    SELECT (
+        $4::bytea IS NOT NULL
+        AND NOT EXISTS (
+            SELECT 1
+            FROM rate_limit_device_revocations
+            WHERE rate_limit_device_revocations.key_hash = $5::bytea
+                AND rate_limit_device_revocations.revoked_at > $6::timestamptz
+        )
+    ) AS trusted
+),
+keys AS (
+    SELECT
+        CASE WHEN device.trusted AND $7::integer = 1 THEN $4::bytea ELSE $8::bytea END AS key_1,
+        CASE WHEN device.trusted AND $7::integer = 2 THEN $4::bytea ELSE $2::bytea END AS key_2,
+        CASE WHEN device.trusted AND $7::integer = 3 THEN $4::bytea ELSE $3::bytea END AS key_3,
+        device.trusted
+    FROM device
+),
+first AS (
     INSERT INTO rate_limit_counters (key_hash, window_start, window_end, count, limit_count)
-    VALUES ($4::bytea, $5::timestamptz, $6::timestamptz, 1, $7::bigint)
+    SELECT keys.key_1, $9::timestamptz, $10::timestamptz, 1, $11::bigint
+    FROM keys
+    WHERE keys.key_1 IS NOT NULL
     ON CONFLICT (key_hash, window_start) DO UPDATE
     SET count = rate_limit_counters.count + 1
     WHERE rate_limit_counters.count < excluded.limit_count
@@ -155,9 +218,9 @@ WITH first AS (
 ),
 second AS (
     INSERT INTO rate_limit_counters (key_hash, window_start, window_end, count, limit_count)
-    SELECT $2::bytea, $8::timestamptz, $9::timestamptz, 1, $10::bigint
-    FROM first
-    WHERE $2::bytea IS NOT NULL
+    SELECT keys.key_2, $12::timestamptz, $13::timestamptz, 1, $14::bigint
+    FROM first, keys
+    WHERE keys.key_2 IS NOT NULL
     ON CONFLICT (key_hash, window_start) DO UPDATE
     SET count = rate_limit_counters.count + 1
     WHERE rate_limit_counters.count < excluded.limit_count
@@ -165,9 +228,9 @@ second AS (
 ),
 third AS (
     INSERT INTO rate_limit_counters (key_hash, window_start, window_end, count, limit_count)
-    SELECT $3::bytea, $11::timestamptz, $12::timestamptz, 1, $13::bigint
-    FROM second
-    WHERE $3::bytea IS NOT NULL
+    SELECT keys.key_3, $15::timestamptz, $16::timestamptz, 1, $17::bigint
+    FROM second, keys
+    WHERE keys.key_3 IS NOT NULL
     ON CONFLICT (key_hash, window_start) DO UPDATE
     SET count = rate_limit_counters.count + 1
     WHERE rate_limit_counters.count < excluded.limit_count
@@ -177,12 +240,14 @@ counts AS (
     SELECT
         coalesce((SELECT count FROM first), 0)::bigint AS count_1,
         coalesce((SELECT count FROM second), 0)::bigint AS count_2,
-        coalesce((SELECT count FROM third), 0)::bigint AS count_3
+        coalesce((SELECT count FROM third), 0)::bigint AS count_3,
+        (SELECT trusted FROM keys)::boolean AS device_trusted
 )
 SELECT
     counts.count_1,
     counts.count_2,
     counts.count_3,
+    counts.device_trusted,
     users.id AS user_id,
     users.email AS user_email,
     users.name AS user_name,
@@ -201,25 +266,30 @@ LEFT JOIN users
 `
 
 type RateLimitCounterConsumeChainUserParams struct {
-	UserEmail    string
-	KeyHash2     []byte
-	KeyHash3     []byte
-	KeyHash1     []byte
-	WindowStart1 time.Time
-	WindowEnd1   time.Time
-	LimitCount1  int64
-	WindowStart2 time.Time
-	WindowEnd2   time.Time
-	LimitCount2  int64
-	WindowStart3 time.Time
-	WindowEnd3   time.Time
-	LimitCount3  int64
+	UserEmail            string
+	KeyHash2             []byte
+	KeyHash3             []byte
+	DeviceKeyHash        []byte
+	DeviceRevocationHash []byte
+	DeviceSince          time.Time
+	DeviceWindow         int32
+	KeyHash1             []byte
+	WindowStart1         time.Time
+	WindowEnd1           time.Time
+	LimitCount1          int64
+	WindowStart2         time.Time
+	WindowEnd2           time.Time
+	LimitCount2          int64
+	WindowStart3         time.Time
+	WindowEnd3           time.Time
+	LimitCount3          int64
 }
 
 type RateLimitCounterConsumeChainUserRow struct {
 	Count1              int64
 	Count2              int64
 	Count3              int64
+	DeviceTrusted       bool
 	UserID              *int64
 	UserEmail           *string
 	UserName            *string
@@ -240,6 +310,10 @@ func (q *Queries) RateLimitCounterConsumeChainUser(ctx context.Context, db DBTX,
 		arg.UserEmail,
 		arg.KeyHash2,
 		arg.KeyHash3,
+		arg.DeviceKeyHash,
+		arg.DeviceRevocationHash,
+		arg.DeviceSince,
+		arg.DeviceWindow,
 		arg.KeyHash1,
 		arg.WindowStart1,
 		arg.WindowEnd1,
@@ -256,6 +330,7 @@ func (q *Queries) RateLimitCounterConsumeChainUser(ctx context.Context, db DBTX,
 		&i.Count1,
 		&i.Count2,
 		&i.Count3,
+		&i.DeviceTrusted,
 		&i.UserID,
 		&i.UserEmail,
 		&i.UserName,
@@ -312,6 +387,81 @@ func (q *Queries) RateLimitCounterDeleteExpired(ctx context.Context, db DBTX, ar
 	return result.RowsAffected(), nil
 }
 
+const rateLimitCounterDeleteMany = `-- name: RateLimitCounterDeleteMany :one
+WITH device AS (
+    SELECT (
+        $1::bytea IS NOT NULL
+        AND NOT EXISTS (
+            SELECT 1
+            FROM rate_limit_device_revocations
+            WHERE rate_limit_device_revocations.key_hash = $2::bytea
+                AND rate_limit_device_revocations.revoked_at > $3::timestamptz
+        )
+    ) AS trusted
+),
+windows AS (
+    SELECT
+        CASE WHEN device.trusted AND w.ord = $4::bigint THEN $1::bytea ELSE w.key_hash END AS key_hash,
+        ($5::timestamptz[])[w.ord] AS window_start,
+        w.ord
+    FROM unnest($6::bytea[]) WITH ORDINALITY AS w (key_hash, ord)
+    CROSS JOIN device
+),
+locked AS (
+    SELECT rate_limit_counters.key_hash, rate_limit_counters.window_start
+    FROM rate_limit_counters
+    JOIN windows
+        ON rate_limit_counters.key_hash = windows.key_hash
+        AND rate_limit_counters.window_start = windows.window_start
+    ORDER BY windows.ord
+    FOR UPDATE OF rate_limit_counters
+),
+deleted AS (
+    DELETE FROM rate_limit_counters
+    USING locked
+    WHERE rate_limit_counters.key_hash = locked.key_hash
+        AND rate_limit_counters.window_start = locked.window_start
+    RETURNING rate_limit_counters.key_hash
+)
+SELECT
+    (SELECT count(*) FROM deleted)::bigint AS deleted,
+    device.trusted::boolean AS device_trusted
+FROM device
+`
+
+type RateLimitCounterDeleteManyParams struct {
+	DeviceKeyHash        []byte
+	DeviceRevocationHash []byte
+	DeviceSince          time.Time
+	DeviceWindow         int64
+	WindowStarts         []time.Time
+	KeyHashes            [][]byte
+}
+
+type RateLimitCounterDeleteManyRow struct {
+	Deleted       int64
+	DeviceTrusted bool
+}
+
+// RateLimitCounterDeleteMany deletes the counters of several fixed windows (the i-th key with the
+// i-th window start; none is fine) in one statement: those keys start their windows afresh. The
+// rows are locked in the order given, as RateLimitCounterRefund locks them. A trusted device is
+// checked as in RateLimitCounterConsumeChain: while it stands, the window at @device_window is the
+// device's own.
+func (q *Queries) RateLimitCounterDeleteMany(ctx context.Context, db DBTX, arg RateLimitCounterDeleteManyParams) (*RateLimitCounterDeleteManyRow, error) {
+	row := db.QueryRow(ctx, rateLimitCounterDeleteMany,
+		arg.DeviceKeyHash,
+		arg.DeviceRevocationHash,
+		arg.DeviceSince,
+		arg.DeviceWindow,
+		arg.WindowStarts,
+		arg.KeyHashes,
+	)
+	var i RateLimitCounterDeleteManyRow
+	err := row.Scan(&i.Deleted, &i.DeviceTrusted)
+	return &i, err
+}
+
 const rateLimitCounterGet = `-- name: RateLimitCounterGet :one
 SELECT count
 FROM rate_limit_counters
@@ -334,28 +484,65 @@ func (q *Queries) RateLimitCounterGet(ctx context.Context, db DBTX, arg RateLimi
 }
 
 const rateLimitCounterGetMany = `-- name: RateLimitCounterGetMany :many
-SELECT rate_limit_counters.key_hash, rate_limit_counters.window_start, rate_limit_counters.count
-FROM rate_limit_counters
-WHERE (rate_limit_counters.key_hash, rate_limit_counters.window_start) IN (
-    SELECT unnest($1::bytea[]), unnest($2::timestamptz[])
+WITH device AS (
+    SELECT (
+        $1::bytea IS NOT NULL
+        AND NOT EXISTS (
+            SELECT 1
+            FROM rate_limit_device_revocations
+            WHERE rate_limit_device_revocations.key_hash = $2::bytea
+                AND rate_limit_device_revocations.revoked_at > $3::timestamptz
+        )
+    ) AS trusted
+),
+windows AS (
+    SELECT
+        CASE WHEN device.trusted AND w.ord = $4::bigint THEN $1::bytea ELSE w.key_hash END AS key_hash,
+        ($5::timestamptz[])[w.ord] AS window_start,
+        w.ord
+    FROM unnest($6::bytea[]) WITH ORDINALITY AS w (key_hash, ord)
+    CROSS JOIN device
 )
+SELECT
+    windows.ord::bigint AS ord,
+    coalesce(rate_limit_counters.count, 0)::bigint AS count,
+    device.trusted::boolean AS device_trusted
+FROM windows
+CROSS JOIN device
+LEFT JOIN rate_limit_counters
+    ON rate_limit_counters.key_hash = windows.key_hash
+    AND rate_limit_counters.window_start = windows.window_start
+ORDER BY windows.ord
 `
 
 type RateLimitCounterGetManyParams struct {
-	KeyHashes    [][]byte
-	WindowStarts []time.Time
+	DeviceKeyHash        []byte
+	DeviceRevocationHash []byte
+	DeviceSince          time.Time
+	DeviceWindow         int64
+	WindowStarts         []time.Time
+	KeyHashes            [][]byte
 }
 
 type RateLimitCounterGetManyRow struct {
-	KeyHash     []byte
-	WindowStart time.Time
-	Count       int64
+	Ord           int64
+	Count         int64
+	DeviceTrusted bool
 }
 
 // RateLimitCounterGetMany reads the counts of several fixed windows in one statement, spending
-// nothing: the i-th key with the i-th window start. A window with nothing counted has no row.
+// nothing: the i-th key with the i-th window start, one row per window in that order (ord, from
+// 1), 0 for a window with nothing counted. A trusted device is checked as in
+// RateLimitCounterConsumeChain: while it stands, the window at @device_window is the device's own.
 func (q *Queries) RateLimitCounterGetMany(ctx context.Context, db DBTX, arg RateLimitCounterGetManyParams) ([]*RateLimitCounterGetManyRow, error) {
-	rows, err := db.Query(ctx, rateLimitCounterGetMany, arg.KeyHashes, arg.WindowStarts)
+	rows, err := db.Query(ctx, rateLimitCounterGetMany,
+		arg.DeviceKeyHash,
+		arg.DeviceRevocationHash,
+		arg.DeviceSince,
+		arg.DeviceWindow,
+		arg.WindowStarts,
+		arg.KeyHashes,
+	)
 	if err != nil {
 		return nil, err
 	}
@@ -363,7 +550,7 @@ func (q *Queries) RateLimitCounterGetMany(ctx context.Context, db DBTX, arg Rate
 	var items []*RateLimitCounterGetManyRow
 	for rows.Next() {
 		var i RateLimitCounterGetManyRow
-		if err := rows.Scan(&i.KeyHash, &i.WindowStart, &i.Count); err != nil {
+		if err := rows.Scan(&i.Ord, &i.Count, &i.DeviceTrusted); err != nil {
 			return nil, err
 		}
 		items = append(items, &i)
@@ -372,4 +559,82 @@ func (q *Queries) RateLimitCounterGetMany(ctx context.Context, db DBTX, arg Rate
 		return nil, err
 	}
 	return items, nil
+}
+
+const rateLimitCounterRefund = `-- name: RateLimitCounterRefund :one
+WITH device AS (
+    SELECT (
+        $1::bytea IS NOT NULL
+        AND NOT EXISTS (
+            SELECT 1
+            FROM rate_limit_device_revocations
+            WHERE rate_limit_device_revocations.key_hash = $2::bytea
+                AND rate_limit_device_revocations.revoked_at > $3::timestamptz
+        )
+    ) AS trusted
+),
+windows AS (
+    SELECT
+        CASE WHEN device.trusted AND w.ord = $4::bigint THEN $1::bytea ELSE w.key_hash END AS key_hash,
+        ($5::timestamptz[])[w.ord] AS window_start,
+        w.ord
+    FROM unnest($6::bytea[]) WITH ORDINALITY AS w (key_hash, ord)
+    CROSS JOIN device
+),
+locked AS (
+    SELECT rate_limit_counters.key_hash, rate_limit_counters.window_start
+    FROM rate_limit_counters
+    JOIN windows
+        ON rate_limit_counters.key_hash = windows.key_hash
+        AND rate_limit_counters.window_start = windows.window_start
+    WHERE rate_limit_counters.count > 0
+    ORDER BY windows.ord
+    FOR UPDATE OF rate_limit_counters
+),
+refunded AS (
+    UPDATE rate_limit_counters
+    SET count = rate_limit_counters.count - 1
+    FROM locked
+    WHERE rate_limit_counters.key_hash = locked.key_hash
+        AND rate_limit_counters.window_start = locked.window_start
+        AND rate_limit_counters.count > 0
+    RETURNING rate_limit_counters.key_hash
+)
+SELECT
+    (SELECT count(*) FROM refunded)::bigint AS refunded,
+    device.trusted::boolean AS device_trusted
+FROM device
+`
+
+type RateLimitCounterRefundParams struct {
+	DeviceKeyHash        []byte
+	DeviceRevocationHash []byte
+	DeviceSince          time.Time
+	DeviceWindow         int64
+	WindowStarts         []time.Time
+	KeyHashes            [][]byte
+}
+
+type RateLimitCounterRefundRow struct {
+	Refunded      int64
+	DeviceTrusted bool
+}
+
+// RateLimitCounterRefund gives one request back to each of several fixed windows (the i-th key
+// with the i-th window start) in one statement, never below zero: a window at 0, or with no
+// counter, is left alone. The rows are locked in the order given (the chain's order of scopes),
+// so a refund and a chain cannot deadlock. A trusted device is checked as in
+// RateLimitCounterConsumeChain: while it stands, the window at @device_window is the device's own.
+func (q *Queries) RateLimitCounterRefund(ctx context.Context, db DBTX, arg RateLimitCounterRefundParams) (*RateLimitCounterRefundRow, error) {
+	row := db.QueryRow(ctx, rateLimitCounterRefund,
+		arg.DeviceKeyHash,
+		arg.DeviceRevocationHash,
+		arg.DeviceSince,
+		arg.DeviceWindow,
+		arg.WindowStarts,
+		arg.KeyHashes,
+	)
+	var i RateLimitCounterRefundRow
+	err := row.Scan(&i.Refunded, &i.DeviceTrusted)
+	return &i, err
 }

@@ -111,11 +111,12 @@ func (q *Queries) UserInsert(ctx context.Context, db DBTX, arg UserInsertParams)
 	return &i, err
 }
 
-const userMarkEmailVerified = `-- name: UserMarkEmailVerified :execrows
+const userMarkEmailVerified = `-- name: UserMarkEmailVerified :one
 UPDATE users
 SET email_verified_at = coalesce(email_verified_at, $1::timestamptz),
     updated_at = $1::timestamptz
 WHERE id = $2::bigint
+RETURNING locale
 `
 
 type UserMarkEmailVerifiedParams struct {
@@ -123,13 +124,13 @@ type UserMarkEmailVerifiedParams struct {
 	ID  int64
 }
 
-// UserMarkEmailVerified records the first verification of a user's email; later calls keep it.
-func (q *Queries) UserMarkEmailVerified(ctx context.Context, db DBTX, arg UserMarkEmailVerifiedParams) (int64, error) {
-	result, err := db.Exec(ctx, userMarkEmailVerified, arg.Now, arg.ID)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
+// UserMarkEmailVerified records the first verification of a user's email (later calls keep it),
+// and returns the user's locale, the language of the page that says so.
+func (q *Queries) UserMarkEmailVerified(ctx context.Context, db DBTX, arg UserMarkEmailVerifiedParams) (string, error) {
+	row := db.QueryRow(ctx, userMarkEmailVerified, arg.Now, arg.ID)
+	var locale string
+	err := row.Scan(&locale)
+	return locale, err
 }
 
 const userSetPassword = `-- name: UserSetPassword :execrows
@@ -156,11 +157,12 @@ func (q *Queries) UserSetPassword(ctx context.Context, db DBTX, arg UserSetPassw
 	return result.RowsAffected(), nil
 }
 
-const userUnsubscribe = `-- name: UserUnsubscribe :execrows
+const userUnsubscribe = `-- name: UserUnsubscribe :one
 UPDATE users
 SET unsubscribed_at = coalesce(unsubscribed_at, $1::timestamptz),
     updated_at = $1::timestamptz
 WHERE id = $2::bigint
+RETURNING locale
 `
 
 type UserUnsubscribeParams struct {
@@ -168,11 +170,11 @@ type UserUnsubscribeParams struct {
 	ID  int64
 }
 
-// UserUnsubscribe records a user's unsubscribe from non-essential mail; repeating it is harmless.
-func (q *Queries) UserUnsubscribe(ctx context.Context, db DBTX, arg UserUnsubscribeParams) (int64, error) {
-	result, err := db.Exec(ctx, userUnsubscribe, arg.Now, arg.ID)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
+// UserUnsubscribe records a user's unsubscribe from non-essential mail (repeating it is
+// harmless), and returns the user's locale, the language of the page that says so.
+func (q *Queries) UserUnsubscribe(ctx context.Context, db DBTX, arg UserUnsubscribeParams) (string, error) {
+	row := db.QueryRow(ctx, userUnsubscribe, arg.Now, arg.ID)
+	var locale string
+	err := row.Scan(&locale)
+	return locale, err
 }

@@ -209,12 +209,14 @@ func (q *Queries) EmailTokenInvalidateUser(ctx context.Context, db DBTX, arg Ema
 }
 
 const emailTokenLookup = `-- name: EmailTokenLookup :one
-SELECT user_id
+SELECT email_tokens.user_id,
+    CAST(coalesce(users.locale, '') AS TEXT) AS locale
 FROM email_tokens
-WHERE token_hash = ?1
-    AND purpose = ?2
-    AND used_at IS NULL
-    AND expires_at > ?3
+LEFT JOIN users ON users.id = email_tokens.user_id
+WHERE email_tokens.token_hash = ?1
+    AND email_tokens.purpose = ?2
+    AND email_tokens.used_at IS NULL
+    AND email_tokens.expires_at > ?3
 `
 
 type EmailTokenLookupParams struct {
@@ -223,12 +225,19 @@ type EmailTokenLookupParams struct {
 	Now       int64
 }
 
+type EmailTokenLookupRow struct {
+	UserID int64
+	Locale string
+}
+
 // EmailTokenLookup returns the user of an unused, unexpired token of the given purpose, and
-// changes nothing: a read that lets a request prove its token usable before work only such a
-// token deserves. EmailTokenConsume still decides, atomically, which use wins.
-func (q *Queries) EmailTokenLookup(ctx context.Context, db DBTX, arg EmailTokenLookupParams) (int64, error) {
+// that user's locale (” when unknown, or when the user is gone), and changes nothing: a read
+// that lets a request prove its token usable before work only such a token deserves, and shows
+// the link's page in its user's language. EmailTokenConsume still decides, atomically, which
+// use wins.
+func (q *Queries) EmailTokenLookup(ctx context.Context, db DBTX, arg EmailTokenLookupParams) (*EmailTokenLookupRow, error) {
 	row := db.QueryRowContext(ctx, emailTokenLookup, arg.TokenHash, arg.Purpose, arg.Now)
-	var user_id int64
-	err := row.Scan(&user_id)
-	return user_id, err
+	var i EmailTokenLookupRow
+	err := row.Scan(&i.UserID, &i.Locale)
+	return &i, err
 }

@@ -9,28 +9,30 @@ import (
 )
 
 type EmailMessage struct {
-	JobID          int64
-	Kind           string
-	UserID         int64
-	IdempotencyKey string
-	KeyCreatedAt   int64
-	Status         string
-	ProviderID     *string
-	AcceptedAt     *int64
-	CreatedAt      int64
-	UpdatedAt      int64
-	StatusAt       *int64
-	SentAt         *int64
-	DeliveredAt    *int64
-	DelayedAt      *int64
-	BouncedAt      *int64
-	ComplainedAt   *int64
-	SuppressedAt   *int64
-	FailedAt       *int64
-	BounceType     *string
-	BounceSubType  *string
-	Locale         string
-	PayloadSHA256  []byte
+	JobID           int64
+	Kind            string
+	UserID          int64
+	IdempotencyKey  string
+	KeyCreatedAt    int64
+	Status          string
+	ProviderID      *string
+	AcceptedAt      *int64
+	CreatedAt       int64
+	UpdatedAt       int64
+	StatusAt        *int64
+	SentAt          *int64
+	DeliveredAt     *int64
+	DelayedAt       *int64
+	BouncedAt       *int64
+	ComplainedAt    *int64
+	SuppressedAt    *int64
+	FailedAt        *int64
+	BounceType      *string
+	BounceSubType   *string
+	Locale          string
+	PayloadSHA256   []byte
+	Provider        *string
+	ProviderInDoubt *string
 }
 
 type EmailSuppression struct {
@@ -61,10 +63,21 @@ type RateLimitCounter struct {
 	LimitCount  int64
 }
 
+type RateLimitDeviceRevocation struct {
+	KeyHash   []byte
+	RevokedAt int64
+}
+
 type ReadinessHeartbeat struct {
 	ID     int64
 	BeatAt int64
 	Room   []byte
+}
+
+type SecretCheck struct {
+	ID         int64
+	CheckValue []byte
+	RecordedAt int64
 }
 
 type SendPacer struct {

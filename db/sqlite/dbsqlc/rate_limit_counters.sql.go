@@ -113,3 +113,26 @@ func (q *Queries) RateLimitCounterGet(ctx context.Context, db DBTX, arg RateLimi
 	err := row.Scan(&count)
 	return count, err
 }
+
+const rateLimitCounterRefund = `-- name: RateLimitCounterRefund :execrows
+UPDATE rate_limit_counters
+SET count = count - 1
+WHERE key_hash = ?1
+    AND window_start = ?2
+    AND count > 0
+`
+
+type RateLimitCounterRefundParams struct {
+	KeyHash     []byte
+	WindowStart int64
+}
+
+// RateLimitCounterRefund gives one request back to a fixed window, never below zero: a window at
+// 0, or with no counter, is left alone.
+func (q *Queries) RateLimitCounterRefund(ctx context.Context, db DBTX, arg RateLimitCounterRefundParams) (int64, error) {
+	result, err := db.ExecContext(ctx, rateLimitCounterRefund, arg.KeyHash, arg.WindowStart)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected()
+}

@@ -109,11 +109,12 @@ func (q *Queries) UserInsert(ctx context.Context, db DBTX, arg UserInsertParams)
 	return &i, err
 }
 
-const userMarkEmailVerified = `-- name: UserMarkEmailVerified :execrows
+const userMarkEmailVerified = `-- name: UserMarkEmailVerified :one
 UPDATE users
 SET email_verified_at = coalesce(email_verified_at, ?1),
     updated_at = ?1
 WHERE id = ?2
+RETURNING locale
 `
 
 type UserMarkEmailVerifiedParams struct {
@@ -121,13 +122,13 @@ type UserMarkEmailVerifiedParams struct {
 	ID  int64
 }
 
-// UserMarkEmailVerified records the first verification of a user's email; later calls keep it.
-func (q *Queries) UserMarkEmailVerified(ctx context.Context, db DBTX, arg UserMarkEmailVerifiedParams) (int64, error) {
-	result, err := db.ExecContext(ctx, userMarkEmailVerified, arg.Now, arg.ID)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected()
+// UserMarkEmailVerified records the first verification of a user's email (later calls keep it),
+// and returns the user's locale, the language of the page that says so.
+func (q *Queries) UserMarkEmailVerified(ctx context.Context, db DBTX, arg UserMarkEmailVerifiedParams) (string, error) {
+	row := db.QueryRowContext(ctx, userMarkEmailVerified, arg.Now, arg.ID)
+	var locale string
+	err := row.Scan(&locale)
+	return locale, err
 }
 
 const userSetPassword = `-- name: UserSetPassword :execrows
@@ -153,11 +154,12 @@ func (q *Queries) UserSetPassword(ctx context.Context, db DBTX, arg UserSetPassw
 	return result.RowsAffected()
 }
 
-const userUnsubscribe = `-- name: UserUnsubscribe :execrows
+const userUnsubscribe = `-- name: UserUnsubscribe :one
 UPDATE users
 SET unsubscribed_at = coalesce(unsubscribed_at, ?1),
     updated_at = ?1
 WHERE id = ?2
+RETURNING locale
 `
 
 type UserUnsubscribeParams struct {
@@ -165,11 +167,11 @@ type UserUnsubscribeParams struct {
 	ID  int64
 }
 
-// UserUnsubscribe records a user's unsubscribe from non-essential mail; repeating it is harmless.
-func (q *Queries) UserUnsubscribe(ctx context.Context, db DBTX, arg UserUnsubscribeParams) (int64, error) {
-	result, err := db.ExecContext(ctx, userUnsubscribe, arg.Now, arg.ID)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected()
+// UserUnsubscribe records a user's unsubscribe from non-essential mail (repeating it is
+// harmless), and returns the user's locale, the language of the page that says so.
+func (q *Queries) UserUnsubscribe(ctx context.Context, db DBTX, arg UserUnsubscribeParams) (string, error) {
+	row := db.QueryRowContext(ctx, userUnsubscribe, arg.Now, arg.ID)
+	var locale string
+	err := row.Scan(&locale)
+	return locale, err
 }

@@ -179,12 +179,19 @@ func (s *Server) Signature(webhook *Webhook) string {
 // HMAC-SHA256(key, id + "." + timestamp + "." + body), where key is the base64 after the secret's
 // "whsec_".
 func SignWebhook(secret, id string, timestamp int64, body []byte) (string, error) {
+	return SignWebhookHeader(secret, id, strconv.FormatInt(timestamp, 10), body)
+}
+
+// SignWebhookHeader is SignWebhook over a svix-timestamp header as written, whatever it holds
+// ("+1700000000", "01700000000"): what a sender would sign to see whether a verifier reads the
+// header as Svix defines it (decimal seconds) or more leniently.
+func SignWebhookHeader(secret, id, timestamp string, body []byte) (string, error) {
 	key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(secret, "whsec_"))
 	if err != nil || !strings.HasPrefix(secret, "whsec_") {
 		return "", errors.New(`resendfake: a signing secret is "whsec_" and base64`)
 	}
 	mac := hmac.New(sha256.New, key)
-	mac.Write([]byte(id + "." + strconv.FormatInt(timestamp, 10) + "."))
+	mac.Write([]byte(id + "." + timestamp + "."))
 	mac.Write(body)
 	return "v1," + base64.StdEncoding.EncodeToString(mac.Sum(nil)), nil
 }
