@@ -124,6 +124,8 @@ type database interface {
 	recipient(ctx context.Context, id int64) (*jobs.Recipient, error)
 	// optOut records the account's unsubscribe from welcome mail.
 	optOut(ctx context.Context, id int64) error
+	// close releases what the database made (never the app's own handle).
+	close() error
 }
 
 // accountsTx is a transaction of the app's database.
@@ -139,6 +141,7 @@ type accountsTx interface {
 func newApp(config *Config, tables db.Tables, d database, newRiver func(workers *river.Workers) (riverClient, error)) (_ *App, err error) {
 	defer func() {
 		if err != nil {
+			_ = d.close()
 			tables.Close()
 		}
 	}()
@@ -221,7 +224,7 @@ func (a *App) Migrate(ctx context.Context) error {
 }
 
 // Close releases what the app made (not its database handle). Stop River first.
-func (a *App) Close() error { return a.tables.Close() }
+func (a *App) Close() error { return errors.Join(a.db.close(), a.tables.Close()) }
 
 type credentials struct {
 	Email    string `json:"email"`

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
@@ -31,7 +32,7 @@ func NewPostgresApp(ctx context.Context, pool *pgxpool.Pool, config *Config) (*A
 	if err != nil {
 		return nil, err
 	}
-	d := &postgresDatabase{pool: pool}
+	d := &postgresDatabase{pool: pool, accountsDB: accountsDB{db: stdlib.OpenDBFromPool(pool)}}
 	return newApp(config, db.NewTables(engine, &db.TablesConfig{Logger: config.logger()}), d, func(workers *river.Workers) (riverClient, error) {
 		client, err := newRiverClient(riverpgxv5.New(pool), workers, config.logger())
 		d.river = client
@@ -39,9 +40,12 @@ func NewPostgresApp(ctx context.Context, pool *pgxpool.Pool, config *Config) (*A
 	})
 }
 
-// postgresDatabase is the app's database on PostgreSQL: its accounts through its pgx pool, and
-// its River client on the same pool.
+// postgresDatabase is the app's database on PostgreSQL: its accounts through its pgx pool (a
+// *sql.DB over it outside transactions), and its River client on the same pool, whose InsertTx
+// takes the pool's transactions.
 type postgresDatabase struct {
+	accountsDB
+
 	pool  *pgxpool.Pool
 	river *river.Client[pgx.Tx]
 }
@@ -60,37 +64,13 @@ func (d *postgresDatabase) migrate(ctx context.Context, logger *slog.Logger) err
 	return nil
 }
 
+// close closes the *sql.DB over the pool, which leaves the pool open.
+func (d *postgresDatabase) close() error { return d.db.Close() }
+
 func (d *postgresDatabase) inTx(ctx context.Context, fn func(tx accountsTx) error) error {
 	return pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
 		return fn(&postgresTx{tx: tx, river: d.river})
 	})
-}
-
-func (d *postgresDatabase) findAccount(ctx context.Context, email string) (int64, []byte, error) {
-	var id int64
-	var hash []byte
-	err := d.pool.QueryRow(ctx, findAccountSQL, email).Scan(&id, &hash)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, nil, nil
-	}
-	return id, hash, err
-}
-
-func (d *postgresDatabase) recipient(ctx context.Context, id int64) (*jobs.Recipient, error) {
-	var r jobs.Recipient
-	err := d.pool.QueryRow(ctx, recipientSQL, id).Scan(&r.Email, &r.Name, &r.Locale, &r.Unsubscribed)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, fmt.Errorf("account %d: %w", id, jobs.ErrNoRecipient)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("error reading account %d: %w", id, err)
-	}
-	return &r, nil
-}
-
-func (d *postgresDatabase) optOut(ctx context.Context, id int64) error {
-	_, err := d.pool.Exec(ctx, optOutSQL, id)
-	return err
 }
 
 // postgresTx is a transaction of the app's on PostgreSQL: its account and, with River's

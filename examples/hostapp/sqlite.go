@@ -30,7 +30,7 @@ func NewSQLiteApp(sqlDB *sql.DB, config *Config) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &sqliteDatabase{db: sqlDB}
+	d := &sqliteDatabase{accountsDB: accountsDB{db: sqlDB}}
 	return newApp(config, db.NewTables(engine, &db.TablesConfig{Logger: config.logger()}), d, func(workers *river.Workers) (riverClient, error) {
 		client, err := newRiverClient(riversqlite.New(sqlDB), workers, config.logger())
 		d.river = client
@@ -41,7 +41,8 @@ func NewSQLiteApp(sqlDB *sql.DB, config *Config) (*App, error) {
 // sqliteDatabase is the app's database on SQLite: its accounts through its *sql.DB, and its
 // River client on the same handle.
 type sqliteDatabase struct {
-	db    *sql.DB
+	accountsDB
+
 	river *river.Client[*sql.Tx]
 }
 
@@ -59,6 +60,9 @@ func (d *sqliteDatabase) migrate(ctx context.Context, logger *slog.Logger) error
 	return nil
 }
 
+// close has nothing to close: the *sql.DB is the app's.
+func (d *sqliteDatabase) close() error { return nil }
+
 func (d *sqliteDatabase) inTx(ctx context.Context, fn func(tx accountsTx) error) error {
 	tx, err := d.db.BeginTx(ctx, nil)
 	if err != nil {
@@ -69,33 +73,6 @@ func (d *sqliteDatabase) inTx(ctx context.Context, fn func(tx accountsTx) error)
 		return err
 	}
 	return tx.Commit()
-}
-
-func (d *sqliteDatabase) findAccount(ctx context.Context, email string) (int64, []byte, error) {
-	var id int64
-	var hash []byte
-	err := d.db.QueryRowContext(ctx, findAccountSQL, email).Scan(&id, &hash)
-	if errors.Is(err, sql.ErrNoRows) {
-		return 0, nil, nil
-	}
-	return id, hash, err
-}
-
-func (d *sqliteDatabase) recipient(ctx context.Context, id int64) (*jobs.Recipient, error) {
-	var r jobs.Recipient
-	err := d.db.QueryRowContext(ctx, recipientSQL, id).Scan(&r.Email, &r.Name, &r.Locale, &r.Unsubscribed)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("account %d: %w", id, jobs.ErrNoRecipient)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("error reading account %d: %w", id, err)
-	}
-	return &r, nil
-}
-
-func (d *sqliteDatabase) optOut(ctx context.Context, id int64) error {
-	_, err := d.db.ExecContext(ctx, optOutSQL, id)
-	return err
 }
 
 // sqliteTx is a transaction of the app's on SQLite: its account and, with River's InsertTx, its
