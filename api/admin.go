@@ -15,7 +15,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/postguard/postguard/db"
-	"github.com/postguard/postguard/tokens"
+	"github.com/postguard/postguard/email"
 )
 
 const (
@@ -136,7 +136,7 @@ func (s *server) adminUserMessages(c *gin.Context) error {
 		return err
 	}
 	var suppression *adminSuppression
-	switch found, err := s.store.EmailSuppressionGet(ctx, tokens.SuppressionKey(s.secret, user.Email)); {
+	switch found, err := s.store.EmailSuppressionGet(ctx, email.SuppressionKey(s.secret, user.Email)); {
 	case err == nil:
 		suppression = adminSuppressionOf(found)
 	case !errors.Is(err, db.ErrNotFound):
@@ -245,11 +245,11 @@ func parseCursor(cursor string) (time.Time, []byte, bool) {
 // everywhere, is taken off the suppression list, so mail flows to it again. 204 whether it was
 // on the list or not: the address is off it either way (the list says which beforehand).
 func (s *server) adminDeleteSuppression(c *gin.Context) error {
-	email, err := NormalizeEmail(pathParam(c, "email"))
+	address, err := email.Normalize(pathParam(c, "email"))
 	if err != nil {
 		return errBadEmailPath
 	}
-	key := tokens.SuppressionKey(s.secret, email)
+	key := email.SuppressionKey(s.secret, address)
 	deleted, err := s.store.EmailSuppressionDelete(c.Request.Context(), key)
 	if err != nil {
 		return err

@@ -15,7 +15,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postguard/postguard/db"
-	"github.com/postguard/postguard/db/dbtest"
+	"github.com/postguard/postguard/email"
+	"github.com/postguard/postguard/internal/dbtest"
+	"github.com/postguard/postguard/internal/riverstore"
 	"github.com/postguard/postguard/jobs/mail/resendfake"
 	"github.com/postguard/postguard/tokens"
 )
@@ -140,19 +142,19 @@ func TestAdmin_UserMessages(t *testing.T) {
 
 			suppressed, queued, bounced := answer.Messages[0], answer.Messages[1], answer.Messages[2]
 			require.Equal(t, int64(78), suppressed.JobID)
-			require.Equal(t, db.EmailStatusSuppressed, suppressed.Status)
+			require.Equal(t, email.StatusSuppressed, suppressed.Status)
 			require.NotNil(t, suppressed.SuppressedAt)
 			require.Nil(t, suppressed.ProviderID)
 
 			require.Equal(t, int64(77), queued.JobID)
-			require.Equal(t, db.EmailStatusQueued, queued.Status)
+			require.Equal(t, email.StatusQueued, queued.Status)
 			require.Nil(t, queued.AcceptedAt)
 			require.Nil(t, queued.Provider)
 			require.Equal(t, "smtp", *queued.ProviderInDoubt)
 
 			require.Equal(t, bundle.jobID, bounced.JobID)
 			require.Equal(t, "verification_email", bounced.Kind)
-			require.Equal(t, db.EmailStatusBounced, bounced.Status)
+			require.Equal(t, email.StatusBounced, bounced.Status)
 			require.Equal(t, bundle.delivery.ID, *bounced.ProviderID)
 			require.Equal(t, "resend", *bounced.Provider, "which provider took it")
 			require.Nil(t, bounced.ProviderInDoubt)
@@ -166,8 +168,8 @@ func TestAdmin_UserMessages(t *testing.T) {
 
 			// The permanent bounce put the address on the list.
 			require.NotNil(t, answer.Suppression)
-			require.Equal(t, db.SuppressionReasonBounced, answer.Suppression.Reason)
-			require.Equal(t, hex.EncodeToString(tokens.SuppressionKey(testSecret, bundle.user.Email)), answer.Suppression.AddressHash)
+			require.Equal(t, email.ReasonBounced, answer.Suppression.Reason)
+			require.Equal(t, hex.EncodeToString(email.SuppressionKey(testSecret, bundle.user.Email)), answer.Suppression.AddressHash)
 
 			// Never a token, a key, a body or the address.
 			body := rec.Body.String()
@@ -213,12 +215,12 @@ func TestAdmin_Suppressions(t *testing.T) {
 	t.Parallel()
 
 	dbtest.Engines(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
-		suppressAddresses := func(t *testing.T, store db.Store, addresses ...string) {
+		suppressAddresses := func(t *testing.T, store riverstore.Store, addresses ...string) {
 			t.Helper()
 			at := time.Now().Truncate(time.Microsecond)
 			for i, address := range addresses {
 				require.NoError(t, store.EmailSuppressionInsert(t.Context(), &db.EmailSuppressionInsertParams{
-					AddressHash: tokens.SuppressionKey(testSecret, address), Reason: db.SuppressionReasonComplained,
+					AddressHash: email.SuppressionKey(testSecret, address), Reason: email.ReasonComplained,
 					EmailID: "re_" + strconv.Itoa(i), SuppressedAt: at.Add(time.Duration(i%3) * time.Second), Now: at,
 				}))
 			}
@@ -249,7 +251,7 @@ func TestAdmin_Suppressions(t *testing.T) {
 						require.False(t, suppression.SuppressedAt.After(last), "newest first")
 					}
 					last = suppression.SuppressedAt
-					require.Equal(t, db.SuppressionReasonComplained, suppression.Reason)
+					require.Equal(t, email.ReasonComplained, suppression.Reason)
 				}
 				if answer.NextCursor == nil {
 					require.Equal(t, 2, pages, "7 in pages of 3: the third is the last")
@@ -259,7 +261,7 @@ func TestAdmin_Suppressions(t *testing.T) {
 			}
 			require.Len(t, seen, 7)
 			for _, address := range addresses {
-				require.True(t, seen[hex.EncodeToString(tokens.SuppressionKey(testSecret, address))])
+				require.True(t, seen[hex.EncodeToString(email.SuppressionKey(testSecret, address))])
 			}
 
 			// The default page holds them all, and says it is the last.
@@ -348,12 +350,12 @@ func TestAdmin_Suppressions(t *testing.T) {
 				require.Equal(t, http.StatusNoContent, rec.Code, rec.Body.String())
 				require.Empty(t, rec.Body.String())
 			}
-			_, err := bundle.store.EmailSuppressionGet(t.Context(), tokens.SuppressionKey(testSecret, "ada@xn--bcher-kva.de"))
+			_, err := bundle.store.EmailSuppressionGet(t.Context(), email.SuppressionKey(testSecret, "ada@xn--bcher-kva.de"))
 			require.ErrorIs(t, err, db.ErrNotFound)
-			_, err = bundle.store.EmailSuppressionGet(t.Context(), tokens.SuppressionKey(testSecret, "bob@example.com"))
+			_, err = bundle.store.EmailSuppressionGet(t.Context(), email.SuppressionKey(testSecret, "bob@example.com"))
 			require.NoError(t, err, "others stay")
 			require.NotContains(t, bundle.logs.String(), "ada@", "the log names the hash, not the address")
-			require.Contains(t, bundle.logs.String(), hex.EncodeToString(tokens.SuppressionKey(testSecret, "ada@xn--bcher-kva.de")))
+			require.Contains(t, bundle.logs.String(), hex.EncodeToString(email.SuppressionKey(testSecret, "ada@xn--bcher-kva.de")))
 
 			for _, bad := range []string{"not-an-address", "ada@localhost", url.PathEscape("ada@[127.0.0.1]")} {
 				decodeProblem(t, serve(t, bundle.router, adminRequest(http.MethodDelete, "/v1/admin/suppressions/"+bad)), http.StatusBadRequest)

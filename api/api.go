@@ -34,8 +34,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/postguard/postguard/api/abuse"
-	"github.com/postguard/postguard/db"
+	"github.com/postguard/postguard/internal/riverstore"
+	"github.com/postguard/postguard/internal/uniform"
 	"github.com/postguard/postguard/jobs/mail"
+	"github.com/postguard/postguard/tokens"
 )
 
 // MaxBodyBytes is the largest request body accepted; a larger one is answered 413.
@@ -50,7 +52,7 @@ const defaultAppURL = "http://localhost:8080"
 type Config struct {
 	// Store is the database (either engine). Its River client must be configured (insert-only is
 	// enough) before a request inserts a job.
-	Store db.Store
+	Store riverstore.Store
 
 	// Limiter enforces the rate-limit rules of the auth routes, River UI's logins and the custom
 	// actions of the limits API.
@@ -64,8 +66,7 @@ type Config struct {
 	// the TCP peer, no proxy trusted.
 	IPResolver *abuse.IPResolver
 
-	// Secret is APP_SECRET, checked by the caller (cmd/postguard: at least 32 bytes); it checks
-	// unsubscribe tokens.
+	// Secret is APP_SECRET, at least tokens.MinSecretLen bytes; it checks unsubscribe tokens.
 	Secret []byte
 
 	// AppURL is APP_URL, the public base URL of the service. Its origin is one of the service's
@@ -143,7 +144,7 @@ const DefaultRequestTimeout = 10 * time.Second
 
 // server is the state behind the handlers of one router.
 type server struct {
-	store   db.Store
+	store   riverstore.Store
 	limiter *abuse.Limiter
 	ips     *abuse.IPResolver
 	secret  []byte
@@ -177,12 +178,6 @@ type server struct {
 	uniformMin time.Duration
 }
 
-// UniformAnswerMin is the least time forgot-password and resend-verification take once the
-// limiter let them through (server.uniformMin): well above the few milliseconds that the work of
-// a known email adds, well below what a person notices. A client that waits for each answer
-// makes at most one such request per UniformAnswerMin.
-const UniformAnswerMin = 100 * time.Millisecond
-
 // New returns the public router of the `api` and `serve` roles: every route of docs/api.md,
 // /openapi.yaml, and River UI when configured. /metrics is not one of them (404): its
 // delivery counts by kind would tell anyone which addresses have accounts, so it is served by
@@ -197,8 +192,8 @@ func New(config *Config) (*gin.Engine, error) {
 	if config.Limiter == nil {
 		return nil, errors.New("api: Config.Limiter is required")
 	}
-	if len(config.Secret) == 0 {
-		return nil, errors.New("api: Config.Secret is required (APP_SECRET)")
+	if err := tokens.CheckSecret(config.Secret); err != nil {
+		return nil, fmt.Errorf("api: Config.Secret (APP_SECRET): %w", err)
 	}
 	if config.LimitsToken != "" && len(config.LimitsToken) < MinLimitsTokenLen {
 		return nil, fmt.Errorf("api: Config.LimitsToken must be at least %d bytes (LIMITS_API_TOKEN)", MinLimitsTokenLen)
@@ -346,7 +341,7 @@ func newServer(config *Config) (*server, *gin.Engine, error) {
 		metrics:    metrics,
 		events:     events,
 		gatherer:   gatherer,
-		uniformMin: UniformAnswerMin,
+		uniformMin: uniform.AnswerMin,
 
 		requestTimeout: cmp.Or(config.RequestTimeout, DefaultRequestTimeout),
 	}

@@ -28,8 +28,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postguard/postguard/api/abuse"
+	"github.com/postguard/postguard/api/abuse/abuseprom"
 	"github.com/postguard/postguard/db"
-	"github.com/postguard/postguard/db/dbtest"
+	"github.com/postguard/postguard/internal/dbtest"
+	"github.com/postguard/postguard/internal/riverstore"
 )
 
 // The OpenAPI document, loaded and validated once.
@@ -241,7 +243,7 @@ func (b *syncBuffer) String() string {
 }
 
 type testBundle struct {
-	store    db.Store
+	store    riverstore.Store
 	consumer *countingConsumer
 	limiter  *abuse.Limiter
 	router   *gin.Engine
@@ -257,9 +259,17 @@ type setupOpts struct {
 	configFunc func(config *Config) // last changes to the config
 }
 
+// newLimiter is abuse.NewLimiter with testSecret, failing tb on an error.
+func newLimiter(tb testing.TB, store abuse.Consumer, rules abuse.Rules, config *abuse.LimiterConfig) *abuse.Limiter {
+	tb.Helper()
+	limiter, err := abuse.NewLimiter(store, testSecret, rules, config)
+	require.NoError(tb, err)
+	return limiter
+}
+
 // setup builds a router on store (an insert-only River client is enough) with generous
 // rate limits unless opts says otherwise, logging at debug level into bundle.logs.
-func setup(t testing.TB, store db.Store, opts *setupOpts) *testBundle {
+func setup(t testing.TB, store riverstore.Store, opts *setupOpts) *testBundle {
 	t.Helper()
 	if opts == nil {
 		opts = &setupOpts{}
@@ -270,7 +280,9 @@ func setup(t testing.TB, store db.Store, opts *setupOpts) *testBundle {
 	}
 	consumer := &countingConsumer{Consumer: store}
 	registry := prometheus.NewRegistry()
-	limiter := abuse.NewLimiter(consumer, testSecret, rules, &abuse.LimiterConfig{NowFunc: opts.limiterNow, Registerer: registry})
+	metrics, err := abuseprom.Register(registry)
+	require.NoError(t, err)
+	limiter := newLimiter(t, consumer, rules, &abuse.LimiterConfig{NowFunc: opts.limiterNow, Metrics: metrics})
 	logs := &syncBuffer{}
 	config := &Config{
 		Store:           store,
@@ -368,7 +380,7 @@ func register(t testing.TB, router http.Handler, email string) int64 {
 }
 
 // jobCount counts the jobs of kind (all kinds when "") in store.
-func jobCount(t testing.TB, store db.Store, kind string) int {
+func jobCount(t testing.TB, store riverstore.Store, kind string) int {
 	t.Helper()
 	params := river.NewJobListParams().First(10_000)
 	if kind != "" {

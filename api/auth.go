@@ -15,6 +15,8 @@ import (
 
 	"github.com/postguard/postguard/api/abuse"
 	"github.com/postguard/postguard/db"
+	"github.com/postguard/postguard/email"
+	"github.com/postguard/postguard/internal/riverstore"
 	"github.com/postguard/postguard/jobs"
 	"github.com/postguard/postguard/jobs/mail"
 )
@@ -84,7 +86,7 @@ func (s *server) register(c *gin.Context) error {
 		return err
 	}
 	var user *db.User
-	err = s.store.InTx(ctx, func(ctx context.Context, tx db.Tx) error {
+	err = s.store.InTx(ctx, func(ctx context.Context, tx riverstore.Tx) error {
 		var err error
 		user, err = tx.UserInsert(ctx, &db.UserInsertParams{Email: email, Name: name, PasswordHash: hash, Locale: locale, Now: s.now()})
 		if err != nil {
@@ -113,7 +115,7 @@ func (s *server) register(c *gin.Context) error {
 func (s *server) forgotPassword(c *gin.Context) error {
 	setFlow(c, mail.PageForgotPassword)
 	pages := &uniformPages{form: mail.PageForgotPassword, answer: mail.PageResetLinkSent}
-	return s.uniformAnswer(c, abuse.ActionForgotPassword, forgotPasswordAnswer, pages, func(ctx context.Context, tx db.Tx, user *db.User) error {
+	return s.uniformAnswer(c, abuse.ActionForgotPassword, forgotPasswordAnswer, pages, func(ctx context.Context, tx riverstore.Tx, user *db.User) error {
 		if _, err := tx.JobInsert(ctx, jobs.PasswordResetEmailArgs{UserID: user.ID}, nil); err != nil {
 			return fmt.Errorf("error inserting password reset email job: %w", err)
 		}
@@ -124,7 +126,7 @@ func (s *server) forgotPassword(c *gin.Context) error {
 // resendVerification enqueues a verification email when the email belongs to an account not
 // verified yet. The answer is 202 with a constant body either way (see uniformAnswer).
 func (s *server) resendVerification(c *gin.Context) error {
-	return s.uniformAnswer(c, abuse.ActionResendVerification, resendVerificationAnswer, nil, func(ctx context.Context, tx db.Tx, user *db.User) error {
+	return s.uniformAnswer(c, abuse.ActionResendVerification, resendVerificationAnswer, nil, func(ctx context.Context, tx riverstore.Tx, user *db.User) error {
 		if user.EmailVerifiedAt != nil {
 			return nil
 		}
@@ -157,7 +159,7 @@ type uniformPages struct {
 // difference with a wide margin; the per-IP and per-email limits leave an attacker very few
 // samples besides. Most requests of a flood are for unknown emails, so the lookup runs outside
 // the transaction; ifFound reads the user again inside it when it needs a consistent view.
-func (s *server) uniformAnswer(c *gin.Context, action abuse.Action, answer []byte, pages *uniformPages, ifFound func(ctx context.Context, tx db.Tx, user *db.User) error) error {
+func (s *server) uniformAnswer(c *gin.Context, action abuse.Action, answer []byte, pages *uniformPages, ifFound func(ctx context.Context, tx riverstore.Tx, user *db.User) error) error {
 	start := time.Now()
 	kind, err := bodyKindOf(c, pages != nil)
 	if err != nil {
@@ -195,7 +197,7 @@ func (s *server) uniformAnswer(c *gin.Context, action abuse.Action, answer []byt
 
 	ctx := c.Request.Context()
 	if user != nil {
-		err = s.store.InTx(ctx, func(ctx context.Context, tx db.Tx) error {
+		err = s.store.InTx(ctx, func(ctx context.Context, tx riverstore.Tx) error {
 			return ifFound(ctx, tx, user)
 		})
 	}
@@ -298,12 +300,12 @@ func checkEmail(raw string, fieldErrs *[]fieldError) string {
 		*fieldErrs = append(*fieldErrs, fieldError{Pointer: "#/email", Detail: "Email is required."})
 		return ""
 	}
-	email, err := NormalizeEmail(raw)
+	address, err := email.Normalize(raw)
 	if err != nil {
 		*fieldErrs = append(*fieldErrs, fieldError{Pointer: "#/email", Detail: "Email must be one plain address, like name@example.com."})
 		return ""
 	}
-	return email
+	return address
 }
 
 // checkPassword records why password is not acceptable: missing, not UTF-8, or outside 8–256

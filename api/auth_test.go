@@ -17,7 +17,9 @@ import (
 
 	"github.com/postguard/postguard/api/abuse"
 	"github.com/postguard/postguard/db"
-	"github.com/postguard/postguard/db/dbtest"
+	"github.com/postguard/postguard/internal/dbtest"
+	"github.com/postguard/postguard/internal/riverstore"
+	"github.com/postguard/postguard/internal/uniform"
 )
 
 func TestServer_Register(t *testing.T) {
@@ -142,18 +144,18 @@ func TestServer_Register(t *testing.T) {
 
 // failingStore is a real store whose transactions fail their failJobInsert-th job insert.
 type failingStore struct {
-	db.Store
+	riverstore.Store
 	failJobInsert int
 }
 
-func (s *failingStore) InTx(ctx context.Context, fn func(ctx context.Context, tx db.Tx) error) error {
-	return s.Store.InTx(ctx, func(ctx context.Context, tx db.Tx) error {
+func (s *failingStore) InTx(ctx context.Context, fn func(ctx context.Context, tx riverstore.Tx) error) error {
+	return s.Store.InTx(ctx, func(ctx context.Context, tx riverstore.Tx) error {
 		return fn(ctx, &failingTx{Tx: tx, failAt: s.failJobInsert})
 	})
 }
 
 type failingTx struct {
-	db.Tx
+	riverstore.Tx
 	n, failAt int
 }
 
@@ -324,7 +326,7 @@ func TestServer_UniformAnswers(t *testing.T) {
 			require.Equal(t, knownStatus, unknownStatus)
 			require.Equal(t, knownHeader, unknownHeader)
 			require.Equal(t, knownBody, unknownBody)
-			require.GreaterOrEqual(t, elapsed, UniformAnswerMin, "an unknown email must not answer sooner")
+			require.GreaterOrEqual(t, elapsed, uniform.AnswerMin, "an unknown email must not answer sooner")
 
 			require.Equal(t, 1, jobCount(t, bundle.store, "password_reset_email"))
 		})
@@ -346,8 +348,8 @@ func TestServer_UniformAnswers(t *testing.T) {
 			require.Equal(t, header1, header3)
 			require.Equal(t, body1, body2)
 			require.Equal(t, body1, body3)
-			require.GreaterOrEqual(t, elapsed2, UniformAnswerMin)
-			require.GreaterOrEqual(t, elapsed3, UniformAnswerMin)
+			require.GreaterOrEqual(t, elapsed2, uniform.AnswerMin)
+			require.GreaterOrEqual(t, elapsed3, uniform.AnswerMin)
 
 			// Only the unverified user got a verification email.
 			result, err := bundle.store.Jobs().JobList(t.Context(), river.NewJobListParams().Kinds("verification_email"))
@@ -361,7 +363,7 @@ func TestServer_UniformAnswers(t *testing.T) {
 }
 
 // insertUser inserts a user directly (no jobs), verified or not, and returns it.
-func insertUser(t testing.TB, store db.Store, email string, verified bool) *db.User {
+func insertUser(t testing.TB, store riverstore.Store, email string, verified bool) *db.User {
 	t.Helper()
 	user, err := store.UserInsert(t.Context(), &db.UserInsertParams{Email: email, PasswordHash: "$argon2id$v=19$m=19456,t=2,p=1$x$y", Now: time.Now()})
 	require.NoError(t, err)

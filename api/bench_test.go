@@ -16,7 +16,8 @@ import (
 
 	"github.com/postguard/postguard/api/abuse"
 	"github.com/postguard/postguard/db"
-	"github.com/postguard/postguard/db/dbtest"
+	"github.com/postguard/postguard/internal/dbtest"
+	"github.com/postguard/postguard/internal/riverstore"
 	"github.com/postguard/postguard/jobs/mail/resendfake"
 	"github.com/postguard/postguard/tokens"
 )
@@ -24,10 +25,10 @@ import (
 // benchEngines are the stores the benchmarks run on.
 var benchEngines = []struct {
 	name     string
-	newStore func(testing.TB) db.Store
+	newStore func(testing.TB) riverstore.Store
 }{
-	{"Postgres", func(tb testing.TB) db.Store { return dbtest.NewPostgres(tb) }},
-	{"SQLite", func(tb testing.TB) db.Store { return dbtest.NewSQLite(tb) }},
+	{"Postgres", func(tb testing.TB) riverstore.Store { return dbtest.NewPostgres(tb) }},
+	{"SQLite", func(tb testing.TB) riverstore.Store { return dbtest.NewSQLite(tb) }},
 }
 
 // serveBench sends req through router and fails b unless the answer has status want.

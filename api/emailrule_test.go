@@ -15,8 +15,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postguard/postguard/api/abuse"
-	"github.com/postguard/postguard/db"
-	"github.com/postguard/postguard/db/dbtest"
+	"github.com/postguard/postguard/internal/dbtest"
+	"github.com/postguard/postguard/internal/riverstore"
+	"github.com/postguard/postguard/internal/uniform"
 	"github.com/postguard/postguard/jobs"
 	"github.com/postguard/postguard/jobs/mail"
 )
@@ -43,7 +44,7 @@ func (r *recordingSender) mails() []string {
 // mailWorkers is a store whose River client works the real email jobs, delivering to a
 // recordingSender.
 type mailWorkers struct {
-	store  db.Store
+	store  riverstore.Store
 	sender *recordingSender
 	events <-chan *river.Event
 }
@@ -53,7 +54,7 @@ type mailWorkers struct {
 func startMailWorkers(t *testing.T, newStore dbtest.NewStoreFunc) *mailWorkers {
 	t.Helper()
 	sender := &recordingSender{}
-	store := newStore(t, dbtest.WithRiverConfig(func(store db.Store) (*river.Config, error) {
+	store := newStore(t, dbtest.WithRiverConfig(func(store riverstore.Store) (*river.Config, error) {
 		riverConfig, err := jobs.NewRiverConfig(
 			&jobs.Deps{Store: store, Jobs: store.Jobs(), Sender: sender, Logger: dbtest.Logger(t)},
 			&jobs.Config{Secret: testSecret, AppURL: "http://localhost:8080", FetchCooldown: 5 * time.Millisecond, FetchPollInterval: 50 * time.Millisecond})
@@ -134,7 +135,7 @@ func TestServer_EmailRuleRefusalAnswersLikeAdmission(t *testing.T) {
 		start := time.Now()
 		rec := serve(t, b.router, req)
 		// The hold that makes every answer take as long, refusals included.
-		require.GreaterOrEqual(t, time.Since(start), UniformAnswerMin)
+		require.GreaterOrEqual(t, time.Since(start), uniform.AnswerMin)
 		b.workers.drain(t, kind)
 
 		h := rec.Header().Clone()

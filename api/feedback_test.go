@@ -1,6 +1,7 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
@@ -15,8 +16,9 @@ import (
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
-	"github.com/postguard/postguard/db"
-	"github.com/postguard/postguard/db/dbtest"
+	"github.com/postguard/postguard/email"
+	"github.com/postguard/postguard/internal/dbtest"
+	"github.com/postguard/postguard/internal/riverstore"
 	"github.com/postguard/postguard/jobs"
 	"github.com/postguard/postguard/jobs/mail"
 	"github.com/postguard/postguard/jobs/mail/resendfake"
@@ -38,14 +40,21 @@ type feedbackLoop struct {
 
 func newFeedbackLoop(t *testing.T, newStore dbtest.NewStoreFunc) *feedbackLoop {
 	t.Helper()
+	return newFeedbackLoopOf(t, newStore, nil)
+}
+
+// newFeedbackLoopOf is newFeedbackLoop with the workers reading recipients from a host app's
+// Recipients instead of postguard's users table (recipients nil).
+func newFeedbackLoopOf(t *testing.T, newStore dbtest.NewStoreFunc, recipients jobs.Recipients) *feedbackLoop {
+	t.Helper()
 	fake := resendfake.New(t, nil)
 	sender, err := mail.NewResendSender(&mail.ResendConfig{APIKey: "re_test", BaseURL: fake.URL(), From: "Postguard <no-reply@example.com>"})
 	require.NoError(t, err)
 	jobsMetrics := prometheus.NewRegistry()
 	config := &jobs.Config{Secret: testSecret, AppURL: "http://localhost:8080", FetchCooldown: 5 * time.Millisecond, FetchPollInterval: 50 * time.Millisecond}
 	var deps *jobs.Deps
-	store := newStore(t, dbtest.WithRiverConfig(func(store db.Store) (*river.Config, error) {
-		deps = &jobs.Deps{Store: store, Recipients: jobs.UserRecipients(store), Jobs: store.Jobs(), Sender: sender, Logger: dbtest.Logger(t), Registerer: jobsMetrics}
+	store := newStore(t, dbtest.WithRiverConfig(func(store riverstore.Store) (*river.Config, error) {
+		deps = &jobs.Deps{Store: store, Recipients: cmp.Or(recipients, jobs.UserRecipients(store)), Jobs: store.Jobs(), Sender: sender, Logger: dbtest.Logger(t), Registerer: jobsMetrics}
 		riverConfig, err := jobs.NewRiverConfig(deps, config)
 		if err == nil {
 			riverConfig.PeriodicJobs = nil
@@ -215,34 +224,34 @@ func TestDeliveryFeedback_Loop(t *testing.T) {
 			t.Parallel()
 
 			loop := startFeedbackLoop(t, newStore)
-			email := strings.ToLower(uniqueEmail("bounce"))
-			register(t, loop.router, email)
+			address := strings.ToLower(uniqueEmail("bounce"))
+			register(t, loop.router, address)
 			finished := loop.drain(t, 2) // welcome and verification, sent
 			verification := jobOfKind(t, finished, "verification_email")
-			require.Equal(t, db.EmailStatusSent, loop.statusOf(t, verification))
+			require.Equal(t, email.StatusSent, loop.statusOf(t, verification))
 
 			// Resend reports that the verification mail bounced for good.
-			loop.webhook(t, loop.deliveryTo(t, email, "verification_email"), resendfake.EventBounced, nil)
-			require.Equal(t, db.EmailStatusBounced, loop.statusOf(t, verification))
+			loop.webhook(t, loop.deliveryTo(t, address, "verification_email"), resendfake.EventBounced, nil)
+			require.Equal(t, email.StatusBounced, loop.statusOf(t, verification))
 
 			// The next reset mail for that address: the job completes, counted suppressed, and
 			// no provider call is made.
-			sends := loop.sendsTo(email)
-			loop.forgotPassword(t, email)
+			sends := loop.sendsTo(address)
+			loop.forgotPassword(t, address)
 			reset := jobOfKind(t, loop.drain(t, 1), "password_reset_email")
 			require.Equal(t, rivertype.JobStateCompleted, reset.State)
-			require.Equal(t, sends, loop.sendsTo(email), "no provider call")
+			require.Equal(t, sends, loop.sendsTo(address), "no provider call")
 			require.Equal(t, float64(1), loop.outcome(t, "password_reset_email", jobs.OutcomeSuppressed))
-			require.Equal(t, db.EmailStatusSuppressed, loop.statusOf(t, reset))
+			require.Equal(t, email.StatusSuppressed, loop.statusOf(t, reset))
 
 			// Support takes the address off the list: the next reset goes through.
-			rec := serve(t, loop.router, adminRequest(http.MethodDelete, "/v1/admin/suppressions/"+url.PathEscape(email)))
+			rec := serve(t, loop.router, adminRequest(http.MethodDelete, "/v1/admin/suppressions/"+url.PathEscape(address)))
 			require.Equal(t, http.StatusNoContent, rec.Code)
-			loop.forgotPassword(t, email)
+			loop.forgotPassword(t, address)
 			reset = jobOfKind(t, loop.drain(t, 1), "password_reset_email")
-			require.Equal(t, sends+1, loop.sendsTo(email))
+			require.Equal(t, sends+1, loop.sendsTo(address))
 			require.Equal(t, float64(1), loop.outcome(t, "password_reset_email", jobs.OutcomeSent))
-			require.Equal(t, db.EmailStatusSent, loop.statusOf(t, reset))
+			require.Equal(t, email.StatusSent, loop.statusOf(t, reset))
 		})
 
 		t.Run("ComplaintStopsWelcomeAndVerification", func(t *testing.T) {
@@ -251,23 +260,23 @@ func TestDeliveryFeedback_Loop(t *testing.T) {
 			// The jobs registration inserted are worked one at a time: the verification mail
 			// first, which its recipient marks as spam before the welcome mail goes out.
 			loop := newFeedbackLoop(t, newStore)
-			email := strings.ToLower(uniqueEmail("complaint"))
-			userID := register(t, loop.router, email)
+			address := strings.ToLower(uniqueEmail("complaint"))
+			userID := register(t, loop.router, address)
 			require.Equal(t, 1, jobCount(t, loop.store, "welcome_email"))
 			verification := loop.work(t, jobs.VerificationEmailArgs{UserID: userID})
-			require.Equal(t, db.EmailStatusSent, loop.statusOf(t, verification))
-			loop.webhook(t, loop.deliveryTo(t, email, "verification_email"), resendfake.EventComplained, nil)
-			require.Equal(t, db.EmailStatusComplained, loop.statusOf(t, verification))
+			require.Equal(t, email.StatusSent, loop.statusOf(t, verification))
+			loop.webhook(t, loop.deliveryTo(t, address, "verification_email"), resendfake.EventComplained, nil)
+			require.Equal(t, email.StatusComplained, loop.statusOf(t, verification))
 
 			// The welcome mail is held back, and so is a new verification mail (a resend's).
-			sends := loop.sendsTo(email)
+			sends := loop.sendsTo(address)
 			welcome := loop.work(t, jobs.WelcomeEmailArgs{UserID: userID})
 			again := loop.work(t, jobs.VerificationEmailArgs{UserID: userID})
 			for _, job := range []*rivertype.JobRow{welcome, again} {
 				require.Equal(t, rivertype.JobStateCompleted, job.State)
-				require.Equal(t, db.EmailStatusSuppressed, loop.statusOf(t, job), job.Kind)
+				require.Equal(t, email.StatusSuppressed, loop.statusOf(t, job), job.Kind)
 			}
-			require.Equal(t, sends, loop.sendsTo(email), "no provider call")
+			require.Equal(t, sends, loop.sendsTo(address), "no provider call")
 			require.Equal(t, float64(1), loop.outcome(t, "verification_email", jobs.OutcomeSuppressed))
 			require.Equal(t, float64(1), loop.outcome(t, "welcome_email", jobs.OutcomeSuppressed))
 		})
@@ -276,23 +285,67 @@ func TestDeliveryFeedback_Loop(t *testing.T) {
 			t.Parallel()
 
 			loop := startFeedbackLoop(t, newStore)
-			email := strings.ToLower(uniqueEmail("transient"))
-			register(t, loop.router, email)
+			address := strings.ToLower(uniqueEmail("transient"))
+			register(t, loop.router, address)
 			verification := jobOfKind(t, loop.drain(t, 2), "verification_email")
-			loop.webhook(t, loop.deliveryTo(t, email, "verification_email"), resendfake.EventBounced,
+			loop.webhook(t, loop.deliveryTo(t, address, "verification_email"), resendfake.EventBounced,
 				&resendfake.EventOpts{BounceType: resendfake.BounceTransient, BounceSubType: resendfake.BounceMailboxFull})
-			require.Equal(t, db.EmailStatusBounced, loop.statusOf(t, verification))
+			require.Equal(t, email.StatusBounced, loop.statusOf(t, verification))
 
-			sends := loop.sendsTo(email)
-			loop.forgotPassword(t, email)
+			sends := loop.sendsTo(address)
+			loop.forgotPassword(t, address)
 			reset := jobOfKind(t, loop.drain(t, 1), "password_reset_email")
-			require.Equal(t, sends+1, loop.sendsTo(email))
-			require.Equal(t, db.EmailStatusSent, loop.statusOf(t, reset))
+			require.Equal(t, sends+1, loop.sendsTo(address))
+			require.Equal(t, email.StatusSent, loop.statusOf(t, reset))
 			require.Zero(t, loop.outcome(t, "password_reset_email", jobs.OutcomeSuppressed))
 
 			// Then it is delivered after all.
-			loop.webhook(t, loop.deliveryTo(t, email, "password_reset_email"), resendfake.EventDelivered, nil)
-			require.Equal(t, db.EmailStatusDelivered, loop.statusOf(t, reset))
+			loop.webhook(t, loop.deliveryTo(t, address, "password_reset_email"), resendfake.EventDelivered, nil)
+			require.Equal(t, email.StatusDelivered, loop.statusOf(t, reset))
 		})
 	})
+}
+
+// A host app's Recipients may keep an address in any spelling. The workers mail and look up its
+// normal form, and the webhook suppresses the normal form of what the provider reports, so an
+// IDN address is one suppression whichever form the host keeps and the provider reports.
+func TestDeliveryFeedback_HostRecipients(t *testing.T) {
+	t.Parallel()
+
+	const hostUserID = 42 // an account of the host's own table, not of postguard's users
+	for _, tt := range []struct {
+		name      string
+		hostKeeps string // the address the host's Recipients return
+		reported  string // the address the provider's bounce names
+	}{
+		{"IDNRecipientAfterABounceOfItsASCIIForm", "Ada@Bücher.de", "ada@xn--bcher-kva.de"},
+		{"ASCIIRecipientAfterABounceOfItsIDNForm", "ADA@XN--BCHER-KVA.DE", "ada@bücher.de"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+
+			dbtest.Engines(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
+				recipients := jobs.RecipientsFunc(func(_ context.Context, id int64) (*jobs.Recipient, error) {
+					require.Equal(t, int64(hostUserID), id)
+					return &jobs.Recipient{Email: tt.hostKeeps, Name: "Ada"}, nil
+				})
+				loop := newFeedbackLoopOf(t, newStore, recipients)
+
+				welcome := loop.work(t, jobs.WelcomeEmailArgs{UserID: hostUserID})
+				require.Equal(t, email.StatusSent, loop.statusOf(t, welcome))
+				delivery := loop.deliveryTo(t, "ada@xn--bcher-kva.de", "welcome_email") // mailed to the normal form
+
+				// The provider reports the permanent bounce of the address in its own spelling.
+				delivery.To = []string{tt.reported}
+				loop.webhook(t, delivery, resendfake.EventBounced, nil)
+				require.Equal(t, email.StatusBounced, loop.statusOf(t, welcome))
+
+				sends := len(loop.fake.Requests())
+				verification := loop.work(t, jobs.VerificationEmailArgs{UserID: hostUserID})
+				require.Equal(t, email.StatusSuppressed, loop.statusOf(t, verification), "the host's spelling is the suppressed address")
+				require.Len(t, loop.fake.Requests(), sends, "no provider call")
+				require.Equal(t, float64(1), loop.outcome(t, "verification_email", jobs.OutcomeSuppressed))
+			})
+		})
+	}
 }

@@ -9,8 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/postguard/postguard/api/abuse"
-	"github.com/postguard/postguard/db/dbtest"
+	"github.com/postguard/postguard/internal/dbtest"
 )
 
 // FuzzDecodeRegister sends random bodies to the register route of a router on a real SQLite
@@ -23,7 +22,7 @@ func FuzzDecodeRegister(f *testing.F) {
 	f.Add([]byte(`{"email":`))
 
 	store := dbtest.NewSQLite(f)
-	limiter := abuse.NewLimiter(store, testSecret, generousRules(), nil)
+	limiter := newLimiter(f, store, generousRules(), nil)
 	router, err := New(&Config{
 		Store:           store,
 		Limiter:         limiter,
@@ -53,7 +52,7 @@ func newFuzzRouter(f *testing.F) http.Handler {
 	store := dbtest.NewSQLite(f)
 	router, err := New(&Config{
 		Store:           store,
-		Limiter:         abuse.NewLimiter(store, testSecret, generousRules(), nil),
+		Limiter:         newLimiter(f, store, generousRules(), nil),
 		Secret:          testSecret,
 		Logger:          dbtest.Logger(f),
 		HashConcurrency: 1,

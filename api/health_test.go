@@ -16,10 +16,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postguard/postguard/api/abuse"
-	"github.com/postguard/postguard/db"
-	"github.com/postguard/postguard/db/dbtest"
+	"github.com/postguard/postguard/internal/dbtest"
+	"github.com/postguard/postguard/internal/riverstore"
 	"github.com/postguard/postguard/jobs/mail"
 	"github.com/postguard/postguard/jobs/mail/resendfake"
+	"github.com/postguard/postguard/tokens"
 )
 
 func TestServer_Health(t *testing.T) {
@@ -63,9 +64,9 @@ func TestServer_Health(t *testing.T) {
 }
 
 // closedStore opens a store of engine and closes it, so its Ready fails.
-func closedStore(t *testing.T, engine string) db.Store {
+func closedStore(t *testing.T, engine string) riverstore.Store {
 	t.Helper()
-	var store db.Store
+	var store riverstore.Store
 	if engine == "postgres" {
 		store = dbtest.NewPostgres(t)
 	} else {
@@ -102,12 +103,13 @@ func TestNew_Config(t *testing.T) {
 	limiter := newSQLiteBundle(t, nil).limiter
 
 	// River UI's failed logins need the limiter's rule.
-	noLoginRule := abuse.NewLimiter(store, testSecret, abuse.Rules{}.With(abuse.Rule{Action: abuse.ActionRegister, Scope: abuse.ScopeIP, Limit: 1, Window: time.Minute}), nil)
+	noLoginRule := newLimiter(t, store, abuse.Rules{}.With(abuse.Rule{Action: abuse.ActionRegister, Scope: abuse.ScopeIP, Limit: 1, Window: time.Minute}), nil)
 	for name, config := range map[string]*Config{
 		"Nil":                 nil,
 		"NoStore":             {Limiter: limiter, Secret: testSecret},
 		"NoLimiter":           {Store: store, Secret: testSecret},
 		"NoSecret":            {Store: store, Limiter: limiter},
+		"ShortSecret":         {Store: store, Limiter: limiter, Secret: testSecret[:tokens.MinSecretLen-1]},
 		"AppURLNotAbsolute":   {Store: store, Limiter: limiter, Secret: testSecret, AppURL: "example.com/app"},
 		"RiverUIWithoutLimit": {Store: store, Limiter: noLoginRule, Secret: testSecret, RiverUI: http.NotFoundHandler(), RiverUIUsername: "u", RiverUIPassword: "p"},
 	} {

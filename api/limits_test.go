@@ -15,9 +15,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postguard/postguard/api/abuse"
-	"github.com/postguard/postguard/db"
-	"github.com/postguard/postguard/db/dbtest"
 	"github.com/postguard/postguard/internal/bursttest"
+	"github.com/postguard/postguard/internal/dbtest"
+	"github.com/postguard/postguard/internal/riverstore"
 )
 
 // limitsToken is LIMITS_API_TOKEN in tests.
@@ -34,7 +34,7 @@ func loginRules() *abuse.Rules {
 }
 
 // limitsBundle is a router with the limits API on store, its clock stubbed at a window start.
-func limitsBundle(t *testing.T, store db.Store) (*testBundle, *stubNow) {
+func limitsBundle(t *testing.T, store riverstore.Store) (*testBundle, *stubNow) {
 	t.Helper()
 	clock := &stubNow{now: time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)}
 	return setup(t, store, &setupOpts{
@@ -373,7 +373,7 @@ func TestNew_LimitsToken(t *testing.T) {
 	store := dbtest.NewSQLite(t)
 	config := &Config{
 		Store:       store,
-		Limiter:     abuse.NewLimiter(store, testSecret, abuse.DefaultRules(), nil),
+		Limiter:     newLimiter(t, store, abuse.DefaultRules(), nil),
 		Secret:      testSecret,
 		LimitsToken: strings.Repeat("t", MinLimitsTokenLen-1),
 	}

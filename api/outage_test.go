@@ -10,11 +10,12 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river/riverdriver/riversqlite"
 	"github.com/stretchr/testify/require"
 
-	"github.com/postguard/postguard/db"
-	"github.com/postguard/postguard/db/dbtest"
 	"github.com/postguard/postguard/db/sqlite"
+	"github.com/postguard/postguard/internal/dbtest"
+	"github.com/postguard/postguard/internal/riverstore"
 )
 
 // requireOutage checks rec is the answer to an outage, 503 with Retry-After, logged as one (at
@@ -36,7 +37,7 @@ func freshRegistration(t *testing.T, prefix string) *http.Request {
 // busySQLite is a migrated SQLite store of its own, with a short busy timeout, and another
 // connection to its file (as another process would have) that can hold its write lock.
 type busySQLite struct {
-	store  db.Store
+	store  riverstore.Store
 	holder *sql.Conn
 }
 
@@ -46,7 +47,7 @@ func newBusySQLite(t *testing.T) *busySQLite {
 	path := filepath.Join(t.TempDir(), "busy.db")
 	engine, err := sqlite.NewEngine(ctx, path, &sqlite.Config{Logger: dbtest.Logger(t), BusyTimeout: 50 * time.Millisecond})
 	require.NoError(t, err)
-	store, err := db.NewStore(engine, &db.StoreConfig{Logger: dbtest.Logger(t)})
+	store, _, err := riverstore.New(engine, riversqlite.New(engine.DB()), &riverstore.Config{Logger: dbtest.Logger(t)})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, store.Close()) })
 	require.NoError(t, store.Migrate(ctx))

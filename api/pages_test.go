@@ -12,7 +12,8 @@ import (
 
 	"github.com/postguard/postguard/api/abuse"
 	"github.com/postguard/postguard/db"
-	"github.com/postguard/postguard/db/dbtest"
+	"github.com/postguard/postguard/internal/dbtest"
+	"github.com/postguard/postguard/internal/riverstore"
 	"github.com/postguard/postguard/jobs/mail"
 	"github.com/postguard/postguard/tokens"
 )
@@ -35,7 +36,7 @@ func withFrenchPages(t testing.TB) func(config *Config) {
 }
 
 // insertUserWithLocale inserts a user of locale directly (no jobs) and returns it.
-func insertUserWithLocale(t testing.TB, store db.Store, locale string) *db.User {
+func insertUserWithLocale(t testing.TB, store riverstore.Store, locale string) *db.User {
 	t.Helper()
 	user, err := store.UserInsert(t.Context(), &db.UserInsertParams{
 		Email: strings.ToLower(uniqueEmail("page")), PasswordHash: "$argon2id$v=19$m=19456,t=2,p=1$x$y", Locale: locale, Now: time.Now(),

@@ -14,8 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postguard/postguard/api/abuse"
-	"github.com/postguard/postguard/db"
-	"github.com/postguard/postguard/db/dbtest"
+	"github.com/postguard/postguard/internal/dbtest"
+	"github.com/postguard/postguard/internal/riverstore"
 )
 
 // registerIPRules limits register to limit per IP per 15 minutes, and nothing else tightly.
@@ -94,7 +94,7 @@ func TestServer_RateLimitConcurrentTwoRouters(t *testing.T) {
 	// Two API processes: two stores (pools) and two limiters on one PostgreSQL schema.
 	databaseURL := dbtest.PostgresURL(t)
 	var routers []http.Handler
-	var first db.Store
+	var first riverstore.Store
 	for range 2 {
 		store := dbtest.OpenPostgres(t, databaseURL)
 		bundle := setup(t, store, &setupOpts{rules: registerIPRules(5)})

@@ -14,11 +14,13 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/postguard/postguard/db"
-	"github.com/postguard/postguard/db/dbtest"
 	"github.com/postguard/postguard/db/postgres"
+	"github.com/postguard/postguard/internal/dbtest"
+	"github.com/postguard/postguard/internal/riverstore"
 	"github.com/postguard/postguard/tokens"
 )
 
@@ -76,7 +78,7 @@ func TestServer_RoundTrips(t *testing.T) {
 	// One pool for everything, so that every statement of the request is traced.
 	engine, err := postgres.NewEngineFromPool(ctx, pool, &postgres.Config{RateLimitPool: pool})
 	require.NoError(t, err)
-	store, err := db.NewStore(engine, &db.StoreConfig{Logger: dbtest.Logger(t)})
+	store, _, err := riverstore.New(engine, riverpgxv5.New(engine.Pool()), &riverstore.Config{Logger: dbtest.Logger(t)})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, store.Close()) })
 
@@ -94,14 +96,14 @@ func TestServer_RoundTrips(t *testing.T) {
 			rec := serve(t, bundle.router, jsonRequest(t, path, map[string]string{"email": uniqueEmail("nobody")}))
 			require.Equal(t, http.StatusAccepted, rec.Code)
 			sql := tracer.take()
-			require.Equal(t, []string{"-- name: RateLimitCounterConsumeChain :one"}, firstLines(sql),
+			require.Equal(t, []string{"-- name: RateLimitCounterConsumeChainUser :one"}, firstLines(sql),
 				"both checks and the user lookup in one statement")
 		})
 		t.Run("KnownEmail"+path, func(t *testing.T) {
 			rec := serve(t, bundle.router, jsonRequest(t, path, map[string]string{"email": known}))
 			require.Equal(t, http.StatusAccepted, rec.Code)
 			sql := firstLines(tracer.take())
-			require.Equal(t, "-- name: RateLimitCounterConsumeChain :one", sql[0])
+			require.Equal(t, "-- name: RateLimitCounterConsumeChainUser :one", sql[0])
 			require.Equal(t, "begin", strings.ToLower(sql[1]), "then the transaction of its job: %q", sql)
 			for _, s := range sql[1:] {
 				require.NotContains(t, s, "UserGetByEmail", "the user was read with the checks")
@@ -151,7 +153,7 @@ func TestServer_RoundTrips(t *testing.T) {
 		require.Equal(t, resetJSON, resetForm)
 		require.Equal(t, []string{"-- name: UserUnsubscribe :one"},
 			sent(formRequest(unsubscribe, url.Values{"List-Unsubscribe": {"One-Click"}}), http.StatusOK))
-		require.Equal(t, []string{"-- name: RateLimitCounterConsumeChain :one"},
+		require.Equal(t, []string{"-- name: RateLimitCounterConsumeChainUser :one"},
 			sent(formRequest("/v1/auth/forgot-password", url.Values{"email": {uniqueEmail("nobody")}}), http.StatusOK))
 	})
 

@@ -14,9 +14,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postguard/postguard/db"
-	"github.com/postguard/postguard/db/dbtest"
+	"github.com/postguard/postguard/email"
+	"github.com/postguard/postguard/internal/dbtest"
 	"github.com/postguard/postguard/jobs/mail"
-	"github.com/postguard/postguard/tokens"
 )
 
 // rawRequest sends a request line and headers exactly as written (what curl --path-as-is
@@ -170,10 +170,10 @@ func TestAdmin_DeleteSuppressionEncodedSlash(t *testing.T) {
 
 		suppress := func(t *testing.T, address string) []byte {
 			t.Helper()
-			key := tokens.SuppressionKey(testSecret, address)
+			key := email.SuppressionKey(testSecret, address)
 			now := time.Now()
 			require.NoError(t, bundle.store.EmailSuppressionInsert(t.Context(), &db.EmailSuppressionInsertParams{
-				AddressHash: key, Reason: db.SuppressionReasonComplained, EmailID: "re_1", SuppressedAt: now, Now: now,
+				AddressHash: key, Reason: email.ReasonComplained, EmailID: "re_1", SuppressedAt: now, Now: now,
 			}))
 			_, err := bundle.store.EmailSuppressionGet(t.Context(), key)
 			require.NoError(t, err)

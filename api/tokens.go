@@ -10,6 +10,7 @@ import (
 
 	"github.com/postguard/postguard/api/abuse"
 	"github.com/postguard/postguard/db"
+	"github.com/postguard/postguard/internal/riverstore"
 	"github.com/postguard/postguard/jobs/mail"
 	"github.com/postguard/postguard/tokens"
 )
@@ -101,7 +102,7 @@ func (s *server) verifyEmail(c *gin.Context) error {
 	}
 
 	var locale string
-	err = s.store.InTx(c.Request.Context(), func(ctx context.Context, tx db.Tx) error {
+	err = s.store.InTx(c.Request.Context(), func(ctx context.Context, tx riverstore.Tx) error {
 		now := s.now()
 		userID, err := tx.EmailTokenConsume(ctx, tokens.Hash(token), db.TokenPurposeVerify, now)
 		if err != nil {
@@ -206,7 +207,7 @@ func (s *server) resetPassword(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
-	err = s.store.InTx(ctx, func(ctx context.Context, tx db.Tx) error {
+	err = s.store.InTx(ctx, func(ctx context.Context, tx riverstore.Tx) error {
 		now := s.now()
 		userID, err := tx.EmailTokenConsume(ctx, tokenHash, db.TokenPurposeReset, now)
 		if err != nil {

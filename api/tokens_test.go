@@ -13,7 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postguard/postguard/db"
-	"github.com/postguard/postguard/db/dbtest"
+	"github.com/postguard/postguard/internal/dbtest"
+	"github.com/postguard/postguard/internal/riverstore"
 	"github.com/postguard/postguard/tokens"
 )
 
@@ -21,7 +22,7 @@ import (
 var tokenJobSeq atomic.Int64 //nolint:gochecknoglobals // unique across parallel tests
 
 // insertToken stores raw's hash as a token of purpose for userID, as the email job would.
-func insertToken(t testing.TB, store db.Store, raw string, userID int64, purpose db.TokenPurpose, expiresAt time.Time) {
+func insertToken(t testing.TB, store riverstore.Store, raw string, userID int64, purpose db.TokenPurpose, expiresAt time.Time) {
 	t.Helper()
 	require.NoError(t, store.EmailTokenInsert(t.Context(), &db.EmailTokenInsertParams{
 		TokenHash: tokens.Hash(raw),
@@ -50,7 +51,7 @@ func requireHTML(t testing.TB, rec *httptest.ResponseRecorder, status int, conta
 	}
 }
 
-func getUser(t testing.TB, store db.Store, id int64) *db.User {
+func getUser(t testing.TB, store riverstore.Store, id int64) *db.User {
 	t.Helper()
 	user, err := store.UserGetByID(t.Context(), id)
 	require.NoError(t, err)

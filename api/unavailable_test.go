@@ -14,7 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postguard/postguard/db"
-	"github.com/postguard/postguard/db/dbtest"
+	"github.com/postguard/postguard/internal/dbtest"
+	"github.com/postguard/postguard/internal/riverstore"
 )
 
 func TestDatabaseUnavailable(t *testing.T) {
@@ -41,7 +42,7 @@ func TestDatabaseUnavailable(t *testing.T) {
 
 // unreachableStore is a store whose database cannot be reached: every rate-limit check fails
 // with a refused connection.
-type unreachableStore struct{ db.Store }
+type unreachableStore struct{ riverstore.Store }
 
 func (s *unreachableStore) RateLimitCounterConsumeChain(context.Context, *db.RateLimitCounterChainParams) (*db.RateLimitCounterChainResult, error) {
 	return nil, fmt.Errorf("error consuming rate limit counters: %w", &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED})
@@ -50,11 +51,11 @@ func (s *unreachableStore) RateLimitCounterConsumeChain(context.Context, *db.Rat
 // stalledStore is a store whose transactions never answer: InTx waits for its context, whose
 // deadline it records.
 type stalledStore struct {
-	db.Store
+	riverstore.Store
 	deadline chan time.Time
 }
 
-func (s *stalledStore) InTx(ctx context.Context, _ func(ctx context.Context, tx db.Tx) error) error {
+func (s *stalledStore) InTx(ctx context.Context, _ func(ctx context.Context, tx riverstore.Tx) error) error {
 	deadline, _ := ctx.Deadline()
 	s.deadline <- deadline
 	<-ctx.Done()

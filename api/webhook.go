@@ -12,8 +12,9 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/postguard/postguard/db"
+	"github.com/postguard/postguard/email"
+	"github.com/postguard/postguard/internal/riverstore"
 	"github.com/postguard/postguard/jobs/mail"
-	"github.com/postguard/postguard/tokens"
 )
 
 // Outcomes of one webhook event, the values of the outcome label of
@@ -40,13 +41,13 @@ const eventTypeOther = "other"
 
 // eventStatus is the status each followed event type sets.
 var eventStatus = map[string]string{ //nolint:gochecknoglobals // a constant table
-	mail.ResendEventSent:            db.EmailStatusSent,
-	mail.ResendEventDelivered:       db.EmailStatusDelivered,
-	mail.ResendEventDeliveryDelayed: db.EmailStatusDelayed,
-	mail.ResendEventBounced:         db.EmailStatusBounced,
-	mail.ResendEventComplained:      db.EmailStatusComplained,
-	mail.ResendEventSuppressed:      db.EmailStatusSuppressed,
-	mail.ResendEventFailed:          db.EmailStatusFailed,
+	mail.ResendEventSent:            email.StatusSent,
+	mail.ResendEventDelivered:       email.StatusDelivered,
+	mail.ResendEventDeliveryDelayed: email.StatusDelayed,
+	mail.ResendEventBounced:         email.StatusBounced,
+	mail.ResendEventComplained:      email.StatusComplained,
+	mail.ResendEventSuppressed:      email.StatusSuppressed,
+	mail.ResendEventFailed:          email.StatusFailed,
 }
 
 var errWebhookSignature = newError(http.StatusUnauthorized, "The webhook's signature is missing, does not match, or is more than five minutes old.")
@@ -91,17 +92,23 @@ func (s *server) resendWebhook(c *gin.Context) error {
 // applyEvent applies a verified event in one transaction and says what it did (an Event*
 // outcome): it records the delivery's svix-id (a replay stops there), finds the message by the
 // event's email id (locked until the transaction ends, so two events of one mail apply one after
-// the other), merges the event into its lifecycle (recordEvent), and for a permanent bounce, a
-// complaint or Resend's own suppression puts the recipient's address on the suppression list.
-// The transaction either does all of it or nothing, and on error Resend retries the delivery.
+// the other), merges the event into its lifecycle (email.Record), and puts the recipients'
+// addresses on the suppression list when the policy says so (email.Suppression). The
+// transaction either does all of it or nothing, and on error Resend retries the delivery.
 func (s *server) applyEvent(ctx context.Context, svixID string, event *mail.ResendEvent) (string, error) {
 	status, followed := eventStatus[event.Type]
 	// The databases keep microseconds; compare what they keep.
-	at := event.CreatedAt.Truncate(time.Microsecond)
+	ev := &email.Event{Status: status, At: event.CreatedAt.Truncate(time.Microsecond)}
+	if event.Bounce != nil {
+		ev.Bounce = &email.Bounce{Type: event.Bounce.Type, SubType: event.Bounce.SubType, Permanent: event.Bounce.Permanent()}
+	}
+	if event.Suppressed != nil {
+		ev.SuppressedType = event.Suppressed.Type
+	}
 	now := s.now()
 
 	var outcome string
-	err := s.store.InTx(ctx, func(ctx context.Context, tx db.Tx) error {
+	err := s.store.InTx(ctx, func(ctx context.Context, tx riverstore.Tx) error {
 		if err := tx.WebhookEventInsert(ctx, svixID, now); err != nil {
 			if errors.Is(err, db.ErrExists) {
 				outcome = EventReplayed
@@ -123,13 +130,13 @@ func (s *server) applyEvent(ctx context.Context, svixID string, event *mail.Rese
 		}
 
 		outcome = EventOutOfOrder
-		if recordEvent(message, status, at, event.Bounce) {
+		if email.Record(message, ev) {
 			outcome = EventApplied
 		}
-		if err := tx.EmailMessageSetLifecycle(ctx, lifecycleOf(message, now)); err != nil {
+		if err := tx.EmailMessageSetLifecycle(ctx, email.Lifecycle(message, now)); err != nil {
 			return err
 		}
-		return s.suppressRecipients(ctx, tx, event, at, now)
+		return s.suppressRecipients(ctx, tx, event, ev, now)
 	})
 	if err != nil {
 		return "", err
@@ -137,39 +144,28 @@ func (s *server) applyEvent(ctx context.Context, svixID string, event *mail.Rese
 	return outcome, nil
 }
 
-// suppressRecipients puts the recipients of event on the suppression list when the event says
-// they must not be mailed again: a permanent bounce (a transient one says nothing of the
-// address), a complaint, or Resend's own suppression. An address that does not normalise
-// cannot be a user's and is left out.
-func (s *server) suppressRecipients(ctx context.Context, tx db.Tx, event *mail.ResendEvent, at, now time.Time) error {
-	var reason, detail string
-	switch {
-	case event.Type == mail.ResendEventBounced && event.Bounce.Permanent():
-		reason, detail = db.SuppressionReasonBounced, event.Bounce.SubType
-	case event.Type == mail.ResendEventComplained:
-		reason = db.SuppressionReasonComplained
-	case event.Type == mail.ResendEventSuppressed:
-		reason = db.SuppressionReasonSuppressed
-		if event.Suppressed != nil {
-			detail = event.Suppressed.Type
-		}
-	default:
+// suppressRecipients puts the recipients of event on the suppression list when the policy says
+// they must not be mailed again (email.Suppression). An address that does not normalise cannot
+// be one postguard mails and is left out.
+func (s *server) suppressRecipients(ctx context.Context, tx riverstore.Tx, event *mail.ResendEvent, ev *email.Event, now time.Time) error {
+	reason, detail, suppresses := email.Suppression(ev)
+	if !suppresses {
 		return nil
 	}
 	for _, to := range event.To {
-		email, err := NormalizeEmail(to)
+		address, err := email.Normalize(to)
 		if err != nil {
 			s.logger.WarnContext(ctx, "webhook event's recipient is not an address postguard mails; not suppressed",
 				slog.String("type", event.Type), slog.String("email_id", event.EmailID))
 			continue
 		}
-		key := tokens.SuppressionKey(s.secret, email)
+		key := email.SuppressionKey(s.secret, address)
 		if err := tx.EmailSuppressionInsert(ctx, &db.EmailSuppressionInsertParams{
 			AddressHash:  key,
 			Reason:       reason,
-			Detail:       classification(detail),
+			Detail:       detail,
 			EmailID:      event.EmailID,
-			SuppressedAt: at,
+			SuppressedAt: ev.At,
 			Now:          now,
 		}); err != nil {
 			return err
@@ -178,114 +174,4 @@ func (s *server) suppressRecipients(ctx context.Context, tx db.Tx, event *mail.R
 			slog.String("reason", reason), slog.String("email_id", event.EmailID), slog.String("address_hash", hex.EncodeToString(key)))
 	}
 	return nil
-}
-
-// statusRank orders statuses reached at one instant: the one later in a mail's life wins the
-// tie (a delivery and its complaint in one millisecond end complained). Statuses of one rank do
-// not follow each other; between two of them the first recorded stays.
-func statusRank(status string) int {
-	switch status {
-	case db.EmailStatusQueued:
-		return 0
-	case db.EmailStatusSent:
-		return 1
-	case db.EmailStatusDelayed:
-		return 2
-	case db.EmailStatusDelivered:
-		return 3
-	case db.EmailStatusComplained:
-		return 5
-	default: // bounced, failed, suppressed: the end of a delivery that did not happen
-		return 4
-	}
-}
-
-// recordEvent merges an event of status at time at into message and says whether it set the
-// message's status. The status's own time becomes the earliest event of that status, whatever
-// the order events come in. The status itself moves only forward in the events' time: to an
-// event later than the one that set it (StatusAt), or of the same instant and a later rank;
-// while StatusAt is nil (postguard's own status, on the workers' clock) any event sets it, so
-// that a skew between the workers' clock and Resend's cannot hide a delivery behind the
-// acceptance. A bounce's classification is the earliest bounce's.
-func recordEvent(message *db.EmailMessage, status string, at time.Time, bounce *mail.ResendBounce) bool {
-	slot := statusTime(message, status)
-	if *slot == nil || at.Before(**slot) {
-		*slot = &at
-		if status == db.EmailStatusBounced && bounce != nil {
-			message.BounceType, message.BounceSubType = classificationPtr(bounce.Type), classificationPtr(bounce.SubType)
-		}
-	}
-	if message.StatusAt == nil || at.After(*message.StatusAt) ||
-		(at.Equal(*message.StatusAt) && statusRank(status) > statusRank(message.Status)) {
-		message.Status, message.StatusAt = status, &at
-		return true
-	}
-	return false
-}
-
-// statusTime is the field of message that holds the time of status.
-func statusTime(message *db.EmailMessage, status string) **time.Time {
-	switch status {
-	case db.EmailStatusSent:
-		return &message.SentAt
-	case db.EmailStatusDelivered:
-		return &message.DeliveredAt
-	case db.EmailStatusDelayed:
-		return &message.DelayedAt
-	case db.EmailStatusBounced:
-		return &message.BouncedAt
-	case db.EmailStatusComplained:
-		return &message.ComplainedAt
-	case db.EmailStatusSuppressed:
-		return &message.SuppressedAt
-	default:
-		return &message.FailedAt
-	}
-}
-
-// lifecycleOf is what EmailMessageSetLifecycle writes of message.
-func lifecycleOf(message *db.EmailMessage, now time.Time) *db.EmailMessageLifecycleParams {
-	return &db.EmailMessageLifecycleParams{
-		Status:        message.Status,
-		StatusAt:      message.StatusAt,
-		SentAt:        message.SentAt,
-		DeliveredAt:   message.DeliveredAt,
-		DelayedAt:     message.DelayedAt,
-		BouncedAt:     message.BouncedAt,
-		ComplainedAt:  message.ComplainedAt,
-		SuppressedAt:  message.SuppressedAt,
-		FailedAt:      message.FailedAt,
-		BounceType:    message.BounceType,
-		BounceSubType: message.BounceSubType,
-		Now:           now,
-		JobID:         message.JobID,
-	}
-}
-
-// maxClassificationLen bounds a classification kept from an event (a bounce's type and
-// sub-type, a suppression's type).
-const maxClassificationLen = 64
-
-// classification is s when it is a word of Resend's classifications (letters, digits, '_', '-',
-// '.', at most 64 bytes), else "": only such a word is kept, never free text that could quote an
-// address.
-func classification(s string) string {
-	if len(s) > maxClassificationLen {
-		return ""
-	}
-	for i := range len(s) {
-		switch b := s[i]; {
-		case 'a' <= b && b <= 'z', 'A' <= b && b <= 'Z', '0' <= b && b <= '9', b == '_', b == '-', b == '.':
-		default:
-			return ""
-		}
-	}
-	return s
-}
-
-func classificationPtr(s string) *string {
-	if s = classification(s); s == "" {
-		return nil
-	}
-	return &s
 }

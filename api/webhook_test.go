@@ -14,7 +14,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postguard/postguard/db"
-	"github.com/postguard/postguard/db/dbtest"
+	"github.com/postguard/postguard/email"
+	"github.com/postguard/postguard/internal/dbtest"
+	"github.com/postguard/postguard/internal/riverstore"
 	"github.com/postguard/postguard/jobs/mail"
 	"github.com/postguard/postguard/jobs/mail/resendfake"
 	"github.com/postguard/postguard/tokens"
@@ -34,7 +36,7 @@ type webhookBundle struct {
 
 // setupWebhook builds a webhookBundle on store. The user's address is stored normalised, as
 // register stores it.
-func setupWebhook(t *testing.T, store db.Store, opts *setupOpts) *webhookBundle {
+func setupWebhook(t *testing.T, store riverstore.Store, opts *setupOpts) *webhookBundle {
 	t.Helper()
 	if opts == nil {
 		opts = &setupOpts{}
@@ -60,7 +62,7 @@ var jobSeq struct {
 
 // acceptedMessage gives user a message row of kind that the provider accepted, as a worker would
 // have recorded it, and returns its job id and the delivery Resend would know it by.
-func acceptedMessage(t *testing.T, store db.Store, user *db.User, kind string) (int64, resendfake.Delivery) {
+func acceptedMessage(t *testing.T, store riverstore.Store, user *db.User, kind string) (int64, resendfake.Delivery) {
 	t.Helper()
 	jobSeq.Lock()
 	jobSeq.n++
@@ -110,9 +112,9 @@ func (b *webhookBundle) message(t *testing.T) *db.EmailMessage {
 
 func (b *webhookBundle) suppression(t *testing.T) (*db.EmailSuppression, bool) {
 	t.Helper()
-	email, err := NormalizeEmail(b.user.Email)
+	address, err := email.Normalize(b.user.Email)
 	require.NoError(t, err)
-	suppression, err := b.store.EmailSuppressionGet(t.Context(), tokens.SuppressionKey(testSecret, email))
+	suppression, err := b.store.EmailSuppressionGet(t.Context(), email.SuppressionKey(testSecret, address))
 	if err != nil {
 		require.ErrorIs(t, err, db.ErrNotFound)
 		return nil, false
@@ -194,7 +196,7 @@ func TestResendWebhook_Signatures(t *testing.T) {
 			rec := bundle.post(t, bundle.event(resendfake.EventDelivered, nil))
 			require.Equal(t, http.StatusNoContent, rec.Code, rec.Body.String())
 			require.Empty(t, rec.Body.String())
-			require.Equal(t, db.EmailStatusDelivered, bundle.message(t).Status)
+			require.Equal(t, email.StatusDelivered, bundle.message(t).Status)
 			require.Equal(t, float64(1), events(t, bundle.registry, mail.ResendEventDelivered, EventApplied))
 		})
 
@@ -255,11 +257,11 @@ func TestResendWebhook_Signatures(t *testing.T) {
 				require.NoError(t, err)
 				tt.tamper(t, bundle, req)
 				decodeProblem(t, serve(t, bundle.router, req), http.StatusUnauthorized)
-				require.Equal(t, db.EmailStatusSent, bundle.message(t).Status)
+				require.Equal(t, email.StatusSent, bundle.message(t).Status)
 
 				rec := bundle.post(t, webhook)
 				require.Equal(t, http.StatusNoContent, rec.Code)
-				require.Equal(t, db.EmailStatusDelivered, bundle.message(t).Status)
+				require.Equal(t, email.StatusDelivered, bundle.message(t).Status)
 			})
 		}
 
@@ -273,14 +275,14 @@ func TestResendWebhook_Signatures(t *testing.T) {
 			decodeProblem(t, bundle.post(t, stale), http.StatusUnauthorized)
 			early := bundle.event(resendfake.EventComplained, &resendfake.EventOpts{SignedAt: time.Now().Add(6 * time.Minute)})
 			decodeProblem(t, bundle.post(t, early), http.StatusUnauthorized)
-			require.Equal(t, db.EmailStatusSent, bundle.message(t).Status)
+			require.Equal(t, email.StatusSent, bundle.message(t).Status)
 			_, suppressed := bundle.suppression(t)
 			require.False(t, suppressed)
 
 			// Signed again now (Resend signs each retry anew), it applies.
 			stale.SignedAt = time.Now()
 			require.Equal(t, http.StatusNoContent, bundle.post(t, stale).Code)
-			require.Equal(t, db.EmailStatusComplained, bundle.message(t).Status)
+			require.Equal(t, email.StatusComplained, bundle.message(t).Status)
 		})
 
 		t.Run("Rotated", func(t *testing.T) {
@@ -295,15 +297,15 @@ func TestResendWebhook_Signatures(t *testing.T) {
 
 			rec := oldBundle.post(t, oldBundle.event(resendfake.EventDeliveryDelayed, nil))
 			require.Equal(t, http.StatusNoContent, rec.Code)
-			require.Equal(t, db.EmailStatusDelayed, oldBundle.message(t).Status)
+			require.Equal(t, email.StatusDelayed, oldBundle.message(t).Status)
 			rec = postWebhook(t, newBundle.router, oldBundle.fake, oldBundle.event(resendfake.EventDelivered, nil))
 			require.Equal(t, http.StatusNoContent, rec.Code)
-			require.Equal(t, db.EmailStatusDelivered, oldBundle.message(t).Status)
+			require.Equal(t, email.StatusDelivered, oldBundle.message(t).Status)
 
 			// A third secret's signature alone is refused.
 			stranger := resendfake.New(t, nil)
 			decodeProblem(t, postWebhook(t, newBundle.router, stranger, oldBundle.event(resendfake.EventComplained, nil)), http.StatusUnauthorized)
-			require.Equal(t, db.EmailStatusDelivered, oldBundle.message(t).Status)
+			require.Equal(t, email.StatusDelivered, oldBundle.message(t).Status)
 		})
 	})
 }
@@ -323,10 +325,10 @@ func TestResendWebhook_Events(t *testing.T) {
 				eventType string
 				status    string
 			}{
-				{resendfake.EventSent, db.EmailStatusSent},
-				{resendfake.EventDeliveryDelayed, db.EmailStatusDelayed},
-				{resendfake.EventDelivered, db.EmailStatusDelivered},
-				{resendfake.EventComplained, db.EmailStatusComplained},
+				{resendfake.EventSent, email.StatusSent},
+				{resendfake.EventDeliveryDelayed, email.StatusDelayed},
+				{resendfake.EventDelivered, email.StatusDelivered},
+				{resendfake.EventComplained, email.StatusComplained},
 			} {
 				at := start.Add(time.Duration(i) * time.Second)
 				rec := bundle.post(t, bundle.event(step.eventType, &resendfake.EventOpts{At: at}))
@@ -361,7 +363,7 @@ func TestResendWebhook_Events(t *testing.T) {
 				require.Equal(t, http.StatusNoContent, bundle.post(t, bundle.event(ev.eventType, &resendfake.EventOpts{At: ev.at})).Code)
 			}
 			message := bundle.message(t)
-			require.Equal(t, db.EmailStatusDelivered, message.Status)
+			require.Equal(t, email.StatusDelivered, message.Status)
 			requireTime(t, t2, message.StatusAt)
 			requireTime(t, t1, message.DelayedAt)
 			requireTime(t, t0, message.SentAt)
@@ -373,7 +375,7 @@ func TestResendWebhook_Events(t *testing.T) {
 			require.Equal(t, http.StatusNoContent, bundle.post(t, bundle.event(resendfake.EventComplained, &resendfake.EventOpts{At: t3})).Code)
 			require.Equal(t, http.StatusNoContent, bundle.post(t, bundle.event(resendfake.EventDelivered, &resendfake.EventOpts{At: t1})).Code)
 			message = bundle.message(t)
-			require.Equal(t, db.EmailStatusComplained, message.Status)
+			require.Equal(t, email.StatusComplained, message.Status)
 			requireTime(t, t1, message.DeliveredAt, "the earliest delivery")
 			requireTime(t, t3, message.StatusAt)
 		})
@@ -388,13 +390,13 @@ func TestResendWebhook_Events(t *testing.T) {
 			for _, eventType := range []string{resendfake.EventComplained, resendfake.EventDelivered, resendfake.EventDeliveryDelayed, resendfake.EventSent} {
 				require.Equal(t, http.StatusNoContent, bundle.post(t, bundle.event(eventType, &resendfake.EventOpts{At: at})).Code)
 			}
-			require.Equal(t, db.EmailStatusComplained, bundle.message(t).Status)
+			require.Equal(t, email.StatusComplained, bundle.message(t).Status)
 
 			other := setupWebhook(t, newStore(t), nil)
 			for _, eventType := range []string{resendfake.EventSent, resendfake.EventDeliveryDelayed, resendfake.EventDelivered, resendfake.EventComplained} {
 				require.Equal(t, http.StatusNoContent, other.post(t, other.event(eventType, &resendfake.EventOpts{At: at})).Code)
 			}
-			require.Equal(t, db.EmailStatusComplained, other.message(t).Status)
+			require.Equal(t, email.StatusComplained, other.message(t).Status)
 		})
 
 		t.Run("ReplayWithAnotherBodyChangesNothing", func(t *testing.T) {
@@ -464,7 +466,7 @@ func TestResendWebhook_Events(t *testing.T) {
 			for _, eventType := range []string{resendfake.EventDelivered, resendfake.EventComplained} {
 				require.Equal(t, http.StatusNoContent, bundle.post(t, bundle.fake.Event(stranger, eventType, nil)).Code)
 			}
-			require.Equal(t, db.EmailStatusSent, bundle.message(t).Status)
+			require.Equal(t, email.StatusSent, bundle.message(t).Status)
 			_, suppressed := bundle.suppression(t)
 			require.False(t, suppressed)
 			require.Equal(t, float64(1), events(t, bundle.registry, mail.ResendEventDelivered, EventUnknownEmail))
@@ -486,7 +488,7 @@ func TestResendWebhook_Events(t *testing.T) {
 			// Its id was not recorded: the right body under it applies.
 			good := bundle.event(resendfake.EventDelivered, &resendfake.EventOpts{ID: "msg_malformed"})
 			require.Equal(t, http.StatusNoContent, bundle.post(t, good).Code)
-			require.Equal(t, db.EmailStatusDelivered, bundle.message(t).Status)
+			require.Equal(t, email.StatusDelivered, bundle.message(t).Status)
 		})
 
 		t.Run("TooLarge", func(t *testing.T) {
@@ -512,13 +514,13 @@ func TestResendWebhook_Suppression(t *testing.T) {
 			reason     string
 			detail     string
 		}{
-			{"PermanentBounce", resendfake.EventBounced, nil, db.EmailStatusBounced, true, db.SuppressionReasonBounced, "General"},
-			{"TransientBounce", resendfake.EventBounced, &resendfake.EventOpts{BounceType: resendfake.BounceTransient, BounceSubType: resendfake.BounceMailboxFull}, db.EmailStatusBounced, false, "", ""},
-			{"UndeterminedBounce", resendfake.EventBounced, &resendfake.EventOpts{BounceType: "Undetermined", BounceSubType: "Undetermined"}, db.EmailStatusBounced, false, "", ""},
-			{"Complaint", resendfake.EventComplained, nil, db.EmailStatusComplained, true, db.SuppressionReasonComplained, ""},
-			{"ResendSuppressed", resendfake.EventSuppressed, nil, db.EmailStatusSuppressed, true, db.SuppressionReasonSuppressed, "OnAccountSuppressionList"},
-			{"Failed", resendfake.EventFailed, nil, db.EmailStatusFailed, false, "", ""},
-			{"Delayed", resendfake.EventDeliveryDelayed, nil, db.EmailStatusDelayed, false, "", ""},
+			{"PermanentBounce", resendfake.EventBounced, nil, email.StatusBounced, true, email.ReasonBounced, "General"},
+			{"TransientBounce", resendfake.EventBounced, &resendfake.EventOpts{BounceType: resendfake.BounceTransient, BounceSubType: resendfake.BounceMailboxFull}, email.StatusBounced, false, "", ""},
+			{"UndeterminedBounce", resendfake.EventBounced, &resendfake.EventOpts{BounceType: "Undetermined", BounceSubType: "Undetermined"}, email.StatusBounced, false, "", ""},
+			{"Complaint", resendfake.EventComplained, nil, email.StatusComplained, true, email.ReasonComplained, ""},
+			{"ResendSuppressed", resendfake.EventSuppressed, nil, email.StatusSuppressed, true, email.ReasonSuppressed, "OnAccountSuppressionList"},
+			{"Failed", resendfake.EventFailed, nil, email.StatusFailed, false, "", ""},
+			{"Delayed", resendfake.EventDeliveryDelayed, nil, email.StatusDelayed, false, "", ""},
 		} {
 			t.Run(tt.name, func(t *testing.T) {
 				t.Parallel()
@@ -580,71 +582,8 @@ func TestResendWebhook_Suppression(t *testing.T) {
 			require.Equal(t, http.StatusNoContent, bundle.post(t, bundle.event(resendfake.EventComplained, &resendfake.EventOpts{At: at.Add(time.Minute)})).Code)
 			suppression, suppressed := bundle.suppression(t)
 			require.True(t, suppressed)
-			require.Equal(t, db.SuppressionReasonBounced, suppression.Reason)
+			require.Equal(t, email.ReasonBounced, suppression.Reason)
 			require.True(t, at.Equal(suppression.SuppressedAt))
 		})
-	})
-}
-
-func TestRecordEvent(t *testing.T) {
-	t.Parallel()
-
-	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
-	ptr := func(t time.Time) *time.Time { return &t }
-
-	for _, tt := range []struct {
-		name       string
-		status     string     // the message's status before
-		statusAt   *time.Time // and the time of the event that set it
-		event      string
-		eventAt    time.Time
-		wantStatus string
-		applied    bool
-	}{
-		{"AfterOwnStatus", db.EmailStatusSent, nil, db.EmailStatusDelivered, at(0), db.EmailStatusDelivered, true},
-		{"OwnStatusWhateverTheClock", db.EmailStatusSent, nil, db.EmailStatusDelivered, at(-3600), db.EmailStatusDelivered, true},
-		{"Later", db.EmailStatusDelayed, ptr(at(1)), db.EmailStatusDelivered, at(2), db.EmailStatusDelivered, true},
-		{"Older", db.EmailStatusDelivered, ptr(at(2)), db.EmailStatusDelayed, at(1), db.EmailStatusDelivered, false},
-		{"OlderComplaint", db.EmailStatusBounced, ptr(at(2)), db.EmailStatusComplained, at(1), db.EmailStatusBounced, false},
-		{"TieLaterRankWins", db.EmailStatusDelivered, ptr(at(1)), db.EmailStatusComplained, at(1), db.EmailStatusComplained, true},
-		{"TieEarlierRankLoses", db.EmailStatusDelivered, ptr(at(1)), db.EmailStatusDelayed, at(1), db.EmailStatusDelivered, false},
-		{"TieSentLoses", db.EmailStatusDelayed, ptr(at(1)), db.EmailStatusSent, at(1), db.EmailStatusDelayed, false},
-		{"TieSameRankFirstStays", db.EmailStatusBounced, ptr(at(1)), db.EmailStatusFailed, at(1), db.EmailStatusBounced, false},
-		{"SameStatusLater", db.EmailStatusDelayed, ptr(at(1)), db.EmailStatusDelayed, at(5), db.EmailStatusDelayed, true},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-
-			message := &db.EmailMessage{Status: tt.status, StatusAt: tt.statusAt}
-			applied := recordEvent(message, tt.event, tt.eventAt, nil)
-			require.Equal(t, tt.applied, applied)
-			require.Equal(t, tt.wantStatus, message.Status)
-			if applied {
-				requireTime(t, tt.eventAt, message.StatusAt)
-			} else {
-				require.Equal(t, tt.statusAt, message.StatusAt)
-			}
-			requireTime(t, tt.eventAt, *statusTime(message, tt.event), "the event's status time is recorded either way")
-		})
-	}
-
-	t.Run("EarliestTimeAndBounceKept", func(t *testing.T) {
-		t.Parallel()
-
-		message := &db.EmailMessage{Status: db.EmailStatusSent}
-		recordEvent(message, db.EmailStatusBounced, at(5), &mail.ResendBounce{Type: "Transient", SubType: "MailboxFull"})
-		recordEvent(message, db.EmailStatusBounced, at(3), &mail.ResendBounce{Type: "Permanent", SubType: "General"})
-		recordEvent(message, db.EmailStatusBounced, at(9), &mail.ResendBounce{Type: "Transient", SubType: "General"})
-		requireTime(t, at(3), message.BouncedAt)
-		require.Equal(t, "Permanent", *message.BounceType, "the earliest bounce's")
-		require.Equal(t, "General", *message.BounceSubType)
-		requireTime(t, at(9), message.StatusAt)
-
-		// A classification that is not a plain word is not kept.
-		other := &db.EmailMessage{Status: db.EmailStatusSent}
-		recordEvent(other, db.EmailStatusBounced, at(1), &mail.ResendBounce{Type: "Permanent", SubType: "550 <ada@example.com>"})
-		require.Equal(t, "Permanent", *other.BounceType)
-		require.Nil(t, other.BounceSubType)
 	})
 }

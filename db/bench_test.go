@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/postguard/postguard/db"
-	"github.com/postguard/postguard/db/dbtest"
+	"github.com/postguard/postguard/internal/dbtest"
 )
 
 // BenchmarkStore_RateLimitCounterConsume measures one rate-limit statement, one round trip, on
@@ -17,10 +17,10 @@ func BenchmarkStore_RateLimitCounterConsume(b *testing.B) {
 	window := time.Now().Truncate(time.Hour)
 	for _, engine := range []struct {
 		name     string
-		newStore func(testing.TB) db.Store
+		newStore func(testing.TB) db.Tables
 	}{
-		{"Postgres", func(tb testing.TB) db.Store { return dbtest.NewPostgres(tb) }},
-		{"SQLite", func(tb testing.TB) db.Store { return dbtest.NewSQLite(tb) }},
+		{"Postgres", func(tb testing.TB) db.Tables { return dbtest.NewPostgres(tb) }},
+		{"SQLite", func(tb testing.TB) db.Tables { return dbtest.NewSQLite(tb) }},
 	} {
 		b.Run(engine.name, func(b *testing.B) {
 			store := engine.newStore(b)
@@ -70,10 +70,10 @@ func BenchmarkStore_RateLimitCounterConsumeChain(b *testing.B) {
 	}
 	for _, engine := range []struct {
 		name     string
-		newStore func(testing.TB) db.Store
+		newStore func(testing.TB) db.Tables
 	}{
-		{"Postgres", func(tb testing.TB) db.Store { return dbtest.NewPostgres(tb) }},
-		{"SQLite", func(tb testing.TB) db.Store { return dbtest.NewSQLite(tb) }},
+		{"Postgres", func(tb testing.TB) db.Tables { return dbtest.NewPostgres(tb) }},
+		{"SQLite", func(tb testing.TB) db.Tables { return dbtest.NewSQLite(tb) }},
 	} {
 		b.Run(engine.name, func(b *testing.B) {
 			store := engine.newStore(b)

@@ -1,11 +1,12 @@
-// Package db is the seam between postguard and its database. It owns the Store, the one interface
-// api and jobs talk to, and writes once everything that does not depend on the engine: River's
-// client (built once, in NewStore), transactions that insert jobs with River's InsertTx, the
-// schema checks and migrations (River's through rivermigrate, the app's through goose), River
-// UI's endpoints. Tables (NewTables) are the same without River, for a host app that runs River
-// itself on its own pool or *sql.DB. An Engine, in db/postgres or db/sqlite, supplies the rest: its connections,
-// its River driver, its transactions, and its sqlc queries with their time and error
-// conversions.
+// Package db is the seam between postguard and its database. It owns the Tables, the one
+// interface the limiter, the mail workers and the HTTP handlers talk to, and writes once
+// everything that does not depend on the engine: transactions and the rule for running one
+// again, the counters' chains, the migrations (goose) and their checks. An Engine, in
+// db/postgres or db/sqlite, supplies the rest: its connections, its transactions, and its sqlc
+// queries with their time and error conversions.
+//
+// Nothing here knows River: a host app runs River its own way on the same pool or *sql.DB, and
+// postguard's server puts its River client beside the Tables in internal/riverstore.
 //
 // It also embeds the app's migrations of both engines, and defines the rows (User, EmailToken,
 // EmailMessage, EmailSuppression) and the errors (ErrNotFound, ErrUnavailable, ...) every engine returns.
@@ -38,8 +39,4 @@ var (
 	// a bug. Each engine decides, at its boundary, which of its driver's errors these are, and
 	// every store method's errors go through that decision.
 	ErrUnavailable = errors.New("database unavailable")
-
-	// ErrSchemaBehind is returned by Store.CheckSchema when River's or the app's migrations have
-	// not all been applied. The message tells the operator what to run.
-	ErrSchemaBehind = errors.New("database schema is behind: run `postguard migrate`")
 )

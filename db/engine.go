@@ -5,23 +5,19 @@ import (
 	"database/sql"
 
 	"github.com/pressly/goose/v3"
-	"github.com/riverqueue/river/riverdriver"
 )
 
-// Engine is what differs between PostgreSQL and SQLite under a Store, and nothing else: the
-// connections, River's driver on them, transactions, the app's sqlc queries with their time and
-// error conversions, and the few things migrations need. TTx is the engine's transaction type,
-// River's too (pgx.Tx, *sql.Tx). db/postgres and db/sqlite implement it; NewStore builds the rest
-// on it once.
+// Engine is what differs between PostgreSQL and SQLite under the Tables, and nothing else: the
+// connections, transactions, the app's sqlc queries with their time and error conversions, and
+// the few things migrations need. TTx is the engine's transaction type (pgx.Tx, *sql.Tx), which
+// is also River's on the same connections. db/postgres and db/sqlite implement it; NewTables
+// builds the rest on it once.
 //
 // Every error an Engine returns has been through its conversion: a missing row is ErrNotFound,
 // a database that cannot serve is wrapped in ErrUnavailable.
 type Engine[TTx any] interface {
 	// Name is "postgres" or "sqlite", and names the engine's directory of migrations.
 	Name() string
-
-	// Driver is River's driver on the engine's connections.
-	Driver() riverdriver.Driver[TTx]
 
 	// Begin starts a transaction. Commit commits it; Rollback rolls back one that was not
 	// committed, and is a no-op after Commit.
@@ -36,15 +32,17 @@ type Engine[TTx any] interface {
 	// Counters runs the rate limiter's statements.
 	Counters() Counters
 
-	// InterpretError converts an error of the engine's driver that reached the Store some other
-	// way (through River) as the engine's own methods convert theirs.
+	// InterpretError converts an error of the engine's driver that reached postguard some other
+	// way (through River, on the same connections) as the engine's own methods convert theirs.
 	InterpretError(err error) error
 
 	// GooseDB is a *sql.DB on the engine's connections and goose's dialect for it, for the app's
 	// migrations; release frees what GooseDB made (never the engine's connections).
 	GooseDB() (sqlDB *sql.DB, dialect goose.Dialect, release func())
-	// GooseTableExists says whether goose's version table exists, without creating it.
-	GooseTableExists(ctx context.Context, sqlDB *sql.DB) (bool, error)
+	// TableExists says whether the table of that name exists where the engine's statements
+	// find their tables (on PostgreSQL, the search_path's schema), as goose checks its version
+	// table: without creating anything.
+	TableExists(ctx context.Context, sqlDB *sql.DB, name string) (bool, error)
 	// LockMigrations waits for the lock that keeps two migrations of the database from running at
 	// once, and returns its release.
 	LockMigrations(ctx context.Context) (release func(), err error)

@@ -13,9 +13,10 @@ import (
 )
 
 // A host app keeps its own database handle and puts postguard's tables beside its own (a pgx
-// pool works the same, with postgres.NewEngineFromPool). MigrateTables applies postguard's
-// migrations only: River's are the host's to run, and the goose table is named so as not to mix
-// with the host's own goose migrations.
+// pool works the same, with postgres.NewEngineFromPool). MigrateTables applies the migrations of
+// the parts the host names, and nothing else: here the limiter's counters and the mail workers'
+// tables, beside the host's own users table, each part in a goose table of postguard's own so
+// that none mixes with the host's goose history. River's migrations are the host's to run.
 func ExampleNewTables() {
 	ctx := context.Background()
 	dir, err := os.MkdirTemp("", "db-example")
@@ -30,14 +31,17 @@ func ExampleNewTables() {
 	}
 	defer sqlDB.Close()
 	sqlDB.SetMaxOpenConns(1)
+	if _, err := sqlDB.ExecContext(ctx, `CREATE TABLE users (id INTEGER PRIMARY KEY, email TEXT NOT NULL UNIQUE)`); err != nil {
+		panic(err)
+	}
 
 	quiet := slog.New(slog.DiscardHandler)
 	engine, err := sqlite.NewEngineFromDB(sqlDB, &sqlite.Config{Logger: quiet})
 	if err != nil {
 		panic(err)
 	}
-	tables := db.NewTables(engine, &db.TablesConfig{Logger: quiet, GooseTable: "postguard_db_version"})
-	if err := tables.MigrateTables(ctx); err != nil {
+	tables := db.NewTables(engine, &db.TablesConfig{Logger: quiet})
+	if err := tables.MigrateTables(ctx, &db.MigrateOpts{Parts: []db.Part{db.PartLimiter, db.PartMail}}); err != nil {
 		panic(err)
 	}
 	if err := tables.Close(); err != nil { // the engine's, not the host's handle
@@ -63,11 +67,10 @@ func ExampleNewTables() {
 	// email_messages
 	// email_suppressions
 	// email_tokens
-	// postguard_db_version
+	// postguard_limiter_db_version
+	// postguard_mail_db_version
 	// rate_limit_counters
 	// rate_limit_device_revocations
-	// readiness_heartbeat
-	// secret_check
 	// send_pacer
 	// users
 	// webhook_events

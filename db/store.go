@@ -3,14 +3,10 @@ package db
 import (
 	"context"
 	"time"
-
-	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/rivertype"
-	"riverqueue.com/riverui/uiendpoints"
 )
 
-// Queries are the app's statements. A Store runs them on its own connections, each statement
-// committing alone; the Tx given to Store.InTx runs them in one transaction.
+// Queries are the app's statements. The Tables run them on their own connections, each
+// statement committing alone; the Queries given to Tables.Transact run them in one transaction.
 type Queries interface {
 	// UserInsert creates a user; ErrEmailTaken when the email is registered already.
 	UserInsert(ctx context.Context, params *UserInsertParams) (*User, error)
@@ -158,37 +154,12 @@ type Counters interface {
 	RateLimitCounterRefund(ctx context.Context, params *RateLimitCounterWindowsParams) (trusted bool, err error)
 }
 
-// Tx is a transaction of Store.InTx: the app's statements, and River jobs inserted with River's
-// InsertTx, all committed or rolled back together.
-type Tx interface {
-	Queries
-
-	// JobInsert inserts a River job in the transaction.
-	JobInsert(ctx context.Context, args river.JobArgs, opts *river.InsertOpts) (*rivertype.JobInsertResult, error)
-}
-
-// Jobs is River's client as postguard's engine-agnostic code uses it: the methods of
-// *river.Client[TTx] that do not name TTx. Code that needs River's transaction type (rivertest,
-// InsertTx) uses the engine's River driver instead.
-type Jobs interface {
-	Start(ctx context.Context) error
-	Stop(ctx context.Context) error
-	StopAndCancel(ctx context.Context) error
-	Stopped() <-chan struct{}
-	Subscribe(kinds ...river.EventKind) (<-chan *river.Event, func())
-	SubscribeConfig(config *river.SubscribeConfig) (<-chan *river.Event, func())
-	JobGet(ctx context.Context, id int64) (*rivertype.JobRow, error)
-	JobList(ctx context.Context, params *river.JobListParams) (*river.JobListResult, error)
-	JobDeleteMany(ctx context.Context, params *river.JobDeleteManyParams) (*river.JobDeleteManyResult, error)
-	JobRetry(ctx context.Context, id int64) (*rivertype.JobRow, error)
-	JobCancel(ctx context.Context, id int64) (*rivertype.JobRow, error)
-}
-
-// Tables are postguard's tables on one database, either engine, without River: the app's
-// statements, the rate limiter's counters, and transactions over the statements. A Store is
-// Tables with River's client. A host app that runs River itself builds Tables on its own pgx pool
-// or *sql.DB (NewTables on postgres.NewEngineFromPool or sqlite.NewEngineFromDB) for postguard's
-// limiter and mail workers.
+// Tables are postguard's tables on one database, either engine: the app's statements, the rate
+// limiter's counters, transactions over the statements, and their migrations. They know nothing
+// of River: a host app that runs River itself builds Tables on its own pgx pool or *sql.DB
+// (NewTables on postgres.NewEngineFromPool or sqlite.NewEngineFromDB) for postguard's limiter
+// and mail workers, and postguard's own server puts its River client beside them
+// (internal/riverstore).
 type Tables interface {
 	Queries
 	Counters
@@ -202,43 +173,21 @@ type Tables interface {
 	// connection was lost before it committed runs again (see Engine.MayRetry).
 	Transact(ctx context.Context, fn func(ctx context.Context, q Queries) error) error
 
-	// MigrateTables applies the app's migrations (goose, postguard's tables), not River's,
-	// holding the engine's migration lock so two deploys cannot race. Idempotent. A host app
-	// runs River's migrations its own way (rivermigrate).
-	MigrateTables(ctx context.Context) error
+	// MigrateTables applies postguard's migrations (goose), holding the engine's migration lock
+	// so two deploys cannot race; opts may be nil. Idempotent. River's are not among them: a host
+	// app runs River's its own way (rivermigrate), and MigrateOpts.BeforeFunc lets postguard's
+	// server run them under the same lock.
+	MigrateTables(ctx context.Context, opts *MigrateOpts) error
+	// MigrationsBehind says what of postguard's migrations is not applied, a phrase for each
+	// set behind; none when all are. It only reads: it creates no goose table.
+	MigrationsBehind(ctx context.Context, opts *MigrateOpts) ([]string, error)
 
-	// Ready checks the database answers and takes a write (a one-row heartbeat): an error
-	// wrapping ErrUnavailable while it is unreachable, read-only, busy, full or failing its I/O.
+	// Ready checks the database answers and takes a write (a one-row heartbeat, PartService's
+	// readiness_heartbeat): an error wrapping ErrUnavailable while it is unreachable, read-only,
+	// busy, full or failing its I/O.
 	Ready(ctx context.Context) error
 
-	// Close releases what the Tables' engine opened. It does not stop River: stop it first.
+	// Close releases what the Tables' engine opened. Stop whatever uses its connections first
+	// (a River client on them).
 	Close() error
-}
-
-// Store is one database, either engine, with its River client: what api and jobs use. Build it
-// with NewStore.
-type Store interface {
-	Tables
-
-	// InTx runs fn in one transaction, as Transact does, and gives it a Tx that inserts River jobs
-	// too (River's InsertTx), so a user and its mail commit or roll back together.
-	InTx(ctx context.Context, fn func(ctx context.Context, tx Tx) error) error
-
-	// JobInsert inserts a River job on its own, committed at once.
-	JobInsert(ctx context.Context, args river.JobArgs, opts *river.InsertOpts) (*rivertype.JobInsertResult, error)
-
-	// Jobs is the store's River client. It may be taken before the client exists (inside
-	// StoreConfig.RiverConfigFunc, for the workers) and used once NewStore has returned.
-	Jobs() Jobs
-
-	// RiverUIEndpoints is River UI's API bundle on the store's River client.
-	RiverUIEndpoints() uiendpoints.Bundle
-
-	// Migrate applies River's migrations (rivermigrate: the very ones `river migrate-up`
-	// applies, recorded in river_migration) and then the app's (goose), holding the engine's
-	// migration lock so two deploys cannot race. Idempotent.
-	Migrate(ctx context.Context) error
-	// CheckSchema returns an error wrapping ErrSchemaBehind, naming what is behind, while any
-	// migration is missing. It only reads.
-	CheckSchema(ctx context.Context) error
 }

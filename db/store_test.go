@@ -13,21 +13,14 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/rivermigrate"
 	"github.com/stretchr/testify/require"
 
 	"github.com/postguard/postguard/db"
-	"github.com/postguard/postguard/db/dbtest"
+	"github.com/postguard/postguard/email"
+	"github.com/postguard/postguard/internal/dbtest"
 )
 
 // The conformance suite: every test runs unchanged on both engines through dbtest.Engines.
-
-type testJobArgs struct {
-	UserID int64 `json:"user_id"`
-}
-
-func (testJobArgs) Kind() string { return "store_test" }
 
 // now is a fixed instant at the engines' precision (microseconds).
 var now = time.Date(2026, 3, 1, 12, 0, 0, 123456000, time.UTC)
@@ -90,7 +83,7 @@ func TestStore_EmailToken(t *testing.T) {
 
 	dbtest.Engines(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
 		type testBundle struct {
-			store db.Store
+			store db.Tables
 			user  *db.User
 		}
 
@@ -362,7 +355,7 @@ func TestStore_EmailToken(t *testing.T) {
 				require.Equal(t, want, owner)
 			}
 			// Inside a transaction too.
-			require.NoError(t, bundle.store.InTx(ctx, func(ctx context.Context, tx db.Tx) error {
+			require.NoError(t, bundle.store.Transact(ctx, func(ctx context.Context, tx db.Queries) error {
 				owner, err := tx.EmailTokenLookup(ctx, tokenHash("tok"), db.TokenPurposeReset, now)
 				require.Equal(t, want, owner)
 				return err
@@ -455,7 +448,7 @@ func TestStore_EmailMessage(t *testing.T) {
 	t.Parallel()
 
 	dbtest.Engines(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
-		insert := func(ctx context.Context, t *testing.T, store db.Store, jobID int64, key string, at time.Time) *db.EmailMessage {
+		insert := func(ctx context.Context, t *testing.T, store db.Tables, jobID int64, key string, at time.Time) *db.EmailMessage {
 			t.Helper()
 
 			message, err := store.EmailMessageInsert(ctx, &db.EmailMessageInsertParams{
@@ -484,7 +477,7 @@ func TestStore_EmailMessage(t *testing.T) {
 			require.Equal(t, "verification_email", got.Kind)
 			require.Equal(t, int64(7), got.UserID)
 			require.Equal(t, "verification_email:7:k1", got.IdempotencyKey)
-			require.Equal(t, db.EmailStatusQueued, got.Status)
+			require.Equal(t, email.StatusQueued, got.Status)
 			requireTimeEqual(t, now, &got.KeyCreatedAt)
 			requireTimeEqual(t, now, &got.CreatedAt)
 			require.Nil(t, got.ProviderID)
@@ -503,7 +496,7 @@ func TestStore_EmailMessage(t *testing.T) {
 			insert(ctx, t, store, 42, "k1", now)
 
 			// Inside a transaction, which stays usable after the refusal.
-			err := store.InTx(ctx, func(ctx context.Context, tx db.Tx) error {
+			err := store.Transact(ctx, func(ctx context.Context, tx db.Queries) error {
 				_, err := tx.EmailMessageInsert(ctx, &db.EmailMessageInsertParams{JobID: 42, Kind: "welcome_email", UserID: 7, IdempotencyKey: "k2", Now: now})
 				require.ErrorIs(t, err, db.ErrExists)
 				_, err = tx.EmailMessageGetByJob(ctx, 42)
@@ -537,7 +530,7 @@ func TestStore_EmailMessage(t *testing.T) {
 
 			got, err := store.EmailMessageGetByJob(ctx, 42)
 			require.NoError(t, err)
-			require.Equal(t, db.EmailStatusSent, got.Status)
+			require.Equal(t, email.StatusSent, got.Status)
 			require.Equal(t, "re_1", *got.ProviderID)
 			requireTimeEqual(t, now.Add(time.Second), got.AcceptedAt)
 			requireTimeEqual(t, now.Add(time.Second), got.SentAt)
@@ -554,7 +547,7 @@ func TestStore_EmailMessage(t *testing.T) {
 			require.NoError(t, store.EmailMessageMarkAccepted(ctx, &db.EmailMessageMarkAcceptedParams{JobID: 42, Provider: "resend", ProviderID: "re_1", Now: now}))
 			delivered := now.Add(time.Minute)
 			require.NoError(t, store.EmailMessageSetLifecycle(ctx, &db.EmailMessageLifecycleParams{
-				JobID: 42, Status: db.EmailStatusDelivered, StatusAt: &delivered, SentAt: &now, DeliveredAt: &delivered, Now: delivered,
+				JobID: 42, Status: email.StatusDelivered, StatusAt: &delivered, SentAt: &now, DeliveredAt: &delivered, Now: delivered,
 			}))
 
 			// A later attempt that records the acceptance again (its first record's answer was
@@ -562,7 +555,7 @@ func TestStore_EmailMessage(t *testing.T) {
 			require.NoError(t, store.EmailMessageMarkAccepted(ctx, &db.EmailMessageMarkAcceptedParams{JobID: 42, Provider: "resend", ProviderID: "re_1", Now: now.Add(time.Hour)}))
 			got, err := store.EmailMessageGetByJob(ctx, 42)
 			require.NoError(t, err)
-			require.Equal(t, db.EmailStatusDelivered, got.Status)
+			require.Equal(t, email.StatusDelivered, got.Status)
 			requireTimeEqual(t, delivered, got.StatusAt)
 			requireTimeEqual(t, now, got.SentAt)
 		})
@@ -575,7 +568,7 @@ func TestStore_EmailMessage(t *testing.T) {
 			insert(ctx, t, store, 43, "k2", now)
 			require.NoError(t, store.EmailMessageMarkAccepted(ctx, &db.EmailMessageMarkAcceptedParams{JobID: 42, Provider: "resend", ProviderID: "re_1", Now: now}))
 
-			err := store.InTx(ctx, func(ctx context.Context, tx db.Tx) error {
+			err := store.Transact(ctx, func(ctx context.Context, tx db.Queries) error {
 				got, err := tx.EmailMessageGetByProviderID(ctx, "re_1")
 				require.NoError(t, err)
 				require.Equal(t, int64(42), got.JobID)
@@ -610,7 +603,7 @@ func TestStore_EmailMessage(t *testing.T) {
 			// Two transactions each read the message and write what they read plus a status
 			// time of their own. The second reads while the first holds the row: it must wait
 			// and read the first's write, or one of the two writes is lost.
-			readAndSet := func(ctx context.Context, tx db.Tx, status string, read chan<- struct{}, release <-chan struct{}) error {
+			readAndSet := func(ctx context.Context, tx db.Queries, status string, read chan<- struct{}, release <-chan struct{}) error {
 				message, err := tx.EmailMessageGetByProviderID(ctx, "re_1")
 				if err != nil {
 					return err
@@ -624,7 +617,7 @@ func TestStore_EmailMessage(t *testing.T) {
 					JobID: 42, Status: status, StatusAt: &at, Now: at,
 					DeliveredAt: message.DeliveredAt, ComplainedAt: message.ComplainedAt,
 				}
-				if status == db.EmailStatusDelivered {
+				if status == email.StatusDelivered {
 					params.DeliveredAt = &at
 				} else {
 					params.ComplainedAt = &at
@@ -635,14 +628,14 @@ func TestStore_EmailMessage(t *testing.T) {
 			read, release := make(chan struct{}), make(chan struct{})
 			first, second := make(chan error, 1), make(chan error, 1)
 			go func() {
-				first <- store.InTx(ctx, func(ctx context.Context, tx db.Tx) error {
-					return readAndSet(ctx, tx, db.EmailStatusDelivered, read, release)
+				first <- store.Transact(ctx, func(ctx context.Context, tx db.Queries) error {
+					return readAndSet(ctx, tx, email.StatusDelivered, read, release)
 				})
 			}()
 			<-read
 			go func() {
-				second <- store.InTx(ctx, func(ctx context.Context, tx db.Tx) error {
-					return readAndSet(ctx, tx, db.EmailStatusComplained, nil, nil)
+				second <- store.Transact(ctx, func(ctx context.Context, tx db.Queries) error {
+					return readAndSet(ctx, tx, email.StatusComplained, nil, nil)
 				})
 			}()
 			if store.Postgres != nil {
@@ -674,7 +667,7 @@ func TestStore_EmailMessage(t *testing.T) {
 			bounceType, subType := "Permanent", "General"
 			params := &db.EmailMessageLifecycleParams{
 				JobID:         42,
-				Status:        db.EmailStatusBounced,
+				Status:        email.StatusBounced,
 				StatusAt:      &times[0],
 				SentAt:        &times[1],
 				DeliveredAt:   &times[2],
@@ -691,7 +684,7 @@ func TestStore_EmailMessage(t *testing.T) {
 
 			got, err := store.EmailMessageGetByJob(ctx, 42)
 			require.NoError(t, err)
-			require.Equal(t, db.EmailStatusBounced, got.Status)
+			require.Equal(t, email.StatusBounced, got.Status)
 			for i, field := range []*time.Time{got.StatusAt, got.SentAt, got.DeliveredAt, got.DelayedAt, got.BouncedAt, got.ComplainedAt, got.SuppressedAt, got.FailedAt} {
 				requireTimeEqual(t, times[i], field)
 			}
@@ -701,14 +694,14 @@ func TestStore_EmailMessage(t *testing.T) {
 			require.Equal(t, "k1", got.IdempotencyKey, "the rest stays")
 
 			// nil clears.
-			require.NoError(t, store.EmailMessageSetLifecycle(ctx, &db.EmailMessageLifecycleParams{JobID: 42, Status: db.EmailStatusSent, Now: now}))
+			require.NoError(t, store.EmailMessageSetLifecycle(ctx, &db.EmailMessageLifecycleParams{JobID: 42, Status: email.StatusSent, Now: now}))
 			got, err = store.EmailMessageGetByJob(ctx, 42)
 			require.NoError(t, err)
 			require.Nil(t, got.StatusAt)
 			require.Nil(t, got.BouncedAt)
 			require.Nil(t, got.BounceType)
 
-			require.ErrorIs(t, store.EmailMessageSetLifecycle(ctx, &db.EmailMessageLifecycleParams{JobID: 43, Status: db.EmailStatusSent, Now: now}), db.ErrNotFound)
+			require.ErrorIs(t, store.EmailMessageSetLifecycle(ctx, &db.EmailMessageLifecycleParams{JobID: 43, Status: email.StatusSent, Now: now}), db.ErrNotFound)
 		})
 
 		t.Run("MarkSuppressed", func(t *testing.T) {
@@ -725,7 +718,7 @@ func TestStore_EmailMessage(t *testing.T) {
 			require.True(t, marked)
 			got, err := store.EmailMessageGetByJob(ctx, 42)
 			require.NoError(t, err)
-			require.Equal(t, db.EmailStatusSuppressed, got.Status)
+			require.Equal(t, email.StatusSuppressed, got.Status)
 			require.Equal(t, "password_reset_email", got.Kind)
 			requireTimeEqual(t, now, got.SuppressedAt)
 			requireTimeEqual(t, now, &got.CreatedAt)
@@ -748,7 +741,7 @@ func TestStore_EmailMessage(t *testing.T) {
 			require.True(t, marked)
 			got, err = store.EmailMessageGetByJob(ctx, 43)
 			require.NoError(t, err)
-			require.Equal(t, db.EmailStatusSuppressed, got.Status)
+			require.Equal(t, email.StatusSuppressed, got.Status)
 			require.Equal(t, "k3", got.IdempotencyKey)
 			requireTimeEqual(t, now.Add(time.Minute), got.SuppressedAt)
 
@@ -760,11 +753,11 @@ func TestStore_EmailMessage(t *testing.T) {
 			require.False(t, marked)
 			got, err = store.EmailMessageGetByJob(ctx, 44)
 			require.NoError(t, err)
-			require.Equal(t, db.EmailStatusSent, got.Status)
+			require.Equal(t, email.StatusSent, got.Status)
 			require.Nil(t, got.SuppressedAt)
 
 			// In a transaction, which stays usable after a conflict.
-			err = store.InTx(ctx, func(ctx context.Context, tx db.Tx) error {
+			err = store.Transact(ctx, func(ctx context.Context, tx db.Queries) error {
 				marked, err := tx.EmailMessageMarkSuppressed(ctx, params(44, "k7", now))
 				require.False(t, marked)
 				if err != nil {
@@ -896,7 +889,7 @@ func TestStore_EmailMessage(t *testing.T) {
 
 			got, err := store.EmailMessageGetByJob(ctx, 42)
 			require.NoError(t, err)
-			require.Equal(t, db.EmailStatusBounced, got.Status)
+			require.Equal(t, email.StatusBounced, got.Status)
 			requireTimeEqual(t, now.Add(time.Second), got.StatusAt)
 			requireTimeEqual(t, now.Add(time.Second), got.BouncedAt)
 			require.Equal(t, "Permanent", *got.BounceType)
@@ -951,12 +944,12 @@ func TestStore_EmailSuppression(t *testing.T) {
 			t.Parallel()
 
 			ctx, store := t.Context(), newStore(t)
-			insert(ctx, t, store, "ada", db.SuppressionReasonBounced, now)
+			insert(ctx, t, store, "ada", email.ReasonBounced, now)
 
 			got, err := store.EmailSuppressionGet(ctx, tokenHash("ada"))
 			require.NoError(t, err)
 			require.Equal(t, tokenHash("ada"), got.AddressHash)
-			require.Equal(t, db.SuppressionReasonBounced, got.Reason)
+			require.Equal(t, email.ReasonBounced, got.Reason)
 			require.Equal(t, "General", got.Detail)
 			require.Equal(t, "re_ada", got.EmailID)
 			requireTimeEqual(t, now, &got.SuppressedAt)
@@ -970,10 +963,10 @@ func TestStore_EmailSuppression(t *testing.T) {
 			t.Parallel()
 
 			ctx, store := t.Context(), newStore(t)
-			insert(ctx, t, store, "ada", db.SuppressionReasonBounced, now)
+			insert(ctx, t, store, "ada", email.ReasonBounced, now)
 			// Inside a transaction, which stays usable.
-			err := store.InTx(ctx, func(ctx context.Context, tx db.Tx) error {
-				insert(ctx, t, tx, "ada", db.SuppressionReasonComplained, now.Add(time.Hour))
+			err := store.Transact(ctx, func(ctx context.Context, tx db.Queries) error {
+				insert(ctx, t, tx, "ada", email.ReasonComplained, now.Add(time.Hour))
 				_, err := tx.EmailSuppressionGet(ctx, tokenHash("ada"))
 				return err
 			})
@@ -981,7 +974,7 @@ func TestStore_EmailSuppression(t *testing.T) {
 
 			got, err := store.EmailSuppressionGet(ctx, tokenHash("ada"))
 			require.NoError(t, err)
-			require.Equal(t, db.SuppressionReasonBounced, got.Reason)
+			require.Equal(t, email.ReasonBounced, got.Reason)
 			requireTimeEqual(t, now, &got.SuppressedAt)
 		})
 
@@ -999,8 +992,8 @@ func TestStore_EmailSuppression(t *testing.T) {
 			t.Parallel()
 
 			ctx, store := t.Context(), newStore(t)
-			insert(ctx, t, store, "ada", db.SuppressionReasonBounced, now)
-			insert(ctx, t, store, "bob", db.SuppressionReasonBounced, now)
+			insert(ctx, t, store, "ada", email.ReasonBounced, now)
+			insert(ctx, t, store, "bob", email.ReasonBounced, now)
 
 			deleted, err := store.EmailSuppressionDelete(ctx, tokenHash("ada"))
 			require.NoError(t, err)
@@ -1021,9 +1014,9 @@ func TestStore_EmailSuppression(t *testing.T) {
 			ctx, store := t.Context(), newStore(t)
 			// Five suppressions, two of them at one instant: the hash orders those.
 			for i, address := range []string{"a", "b", "c", "d"} {
-				insert(ctx, t, store, address, db.SuppressionReasonBounced, now.Add(time.Duration(i)*time.Second))
+				insert(ctx, t, store, address, email.ReasonBounced, now.Add(time.Duration(i)*time.Second))
 			}
-			insert(ctx, t, store, "e", db.SuppressionReasonComplained, now.Add(3*time.Second))
+			insert(ctx, t, store, "e", email.ReasonComplained, now.Add(3*time.Second))
 
 			var seen []string
 			params := &db.EmailSuppressionListParams{BeforeAt: now.Add(100 * 365 * 24 * time.Hour), Max: 2}
@@ -1059,7 +1052,7 @@ func TestStore_WebhookEvent(t *testing.T) {
 			require.NoError(t, store.WebhookEventInsert(ctx, "msg_2", now))
 
 			// A replay, inside a transaction that stays usable.
-			err := store.InTx(ctx, func(ctx context.Context, tx db.Tx) error {
+			err := store.Transact(ctx, func(ctx context.Context, tx db.Queries) error {
 				require.ErrorIs(t, tx.WebhookEventInsert(ctx, "msg_1", now.Add(time.Minute)), db.ErrExists)
 				return tx.WebhookEventInsert(ctx, "msg_3", now)
 			})
@@ -1075,7 +1068,7 @@ func TestStore_WebhookEvent(t *testing.T) {
 			var wg sync.WaitGroup
 			for range 8 {
 				wg.Go(func() {
-					err := store.InTx(ctx, func(ctx context.Context, tx db.Tx) error {
+					err := store.Transact(ctx, func(ctx context.Context, tx db.Queries) error {
 						return tx.WebhookEventInsert(ctx, "msg_1", now)
 					})
 					switch {
@@ -1157,38 +1150,15 @@ func TestStore_SecretCheck(t *testing.T) {
 	})
 }
 
-func TestStore_InTx(t *testing.T) {
+func TestTables_Transact(t *testing.T) {
 	t.Parallel()
 
 	dbtest.Engines(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
-		setup := func(t *testing.T) (db.Store, context.Context) {
+		setup := func(t *testing.T) (db.Tables, context.Context) {
 			t.Helper()
 
 			return newStore(t), t.Context()
 		}
-
-		t.Run("Commit", func(t *testing.T) {
-			t.Parallel()
-
-			store, ctx := setup(t)
-
-			var user *db.User
-			require.NoError(t, store.InTx(ctx, func(ctx context.Context, tx db.Tx) error {
-				user = userInsert(ctx, t, tx, "ada@example.com")
-				_, err := tx.JobInsert(ctx, testJobArgs{UserID: user.ID}, nil)
-				return err
-			}))
-
-			got, err := store.UserGetByEmail(ctx, "ada@example.com")
-			require.NoError(t, err)
-			require.Equal(t, user.ID, got.ID)
-
-			jobs, err := store.Jobs().JobList(ctx, river.NewJobListParams())
-			require.NoError(t, err)
-			require.Len(t, jobs.Jobs, 1)
-			require.Equal(t, "store_test", jobs.Jobs[0].Kind)
-			require.JSONEq(t, fmt.Sprintf(`{"user_id": %d}`, user.ID), string(jobs.Jobs[0].EncodedArgs))
-		})
 
 		t.Run("EmailTakenKeepsTxUsable", func(t *testing.T) {
 			t.Parallel()
@@ -1196,7 +1166,7 @@ func TestStore_InTx(t *testing.T) {
 			store, ctx := setup(t)
 			userInsert(ctx, t, store, "ada@example.com")
 
-			require.NoError(t, store.InTx(ctx, func(ctx context.Context, tx db.Tx) error {
+			require.NoError(t, store.Transact(ctx, func(ctx context.Context, tx db.Queries) error {
 				_, err := tx.UserInsert(ctx, &db.UserInsertParams{Email: "ada@example.com", Now: now, PasswordHash: "hash"})
 				require.ErrorIs(t, err, db.ErrEmailTaken)
 
@@ -1215,7 +1185,7 @@ func TestStore_InTx(t *testing.T) {
 			store, ctx := setup(t)
 
 			require.PanicsWithValue(t, "boom", func() {
-				_ = store.InTx(ctx, func(ctx context.Context, tx db.Tx) error {
+				_ = store.Transact(ctx, func(ctx context.Context, tx db.Queries) error {
 					userInsert(ctx, t, tx, "ada@example.com")
 					panic("boom")
 				})
@@ -1226,95 +1196,6 @@ func TestStore_InTx(t *testing.T) {
 			require.ErrorIs(t, err, db.ErrNotFound)
 		})
 
-		t.Run("Rollback", func(t *testing.T) {
-			t.Parallel()
-
-			store, ctx := setup(t)
-
-			errBoom := errors.New("boom")
-			err := store.InTx(ctx, func(ctx context.Context, tx db.Tx) error {
-				user := userInsert(ctx, t, tx, "ada@example.com")
-				if _, err := tx.JobInsert(ctx, testJobArgs{UserID: user.ID}, nil); err != nil {
-					return err
-				}
-				return errBoom
-			})
-			require.ErrorIs(t, err, errBoom)
-
-			_, err = store.UserGetByEmail(ctx, "ada@example.com")
-			require.ErrorIs(t, err, db.ErrNotFound)
-
-			jobs, err := store.Jobs().JobList(ctx, river.NewJobListParams())
-			require.NoError(t, err)
-			require.Empty(t, jobs.Jobs)
-		})
-	})
-}
-
-func TestStore_JobInsert(t *testing.T) {
-	t.Parallel()
-
-	dbtest.Engines(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
-		t.Run("Work", func(t *testing.T) {
-			t.Parallel()
-
-			ctx := t.Context()
-			store := newStore(t, dbtest.WithRiverConfig(func(db.Store) (*river.Config, error) {
-				workers := river.NewWorkers()
-				river.AddWorker(workers, river.WorkFunc(func(ctx context.Context, job *river.Job[testJobArgs]) error {
-					return nil
-				}))
-				return &river.Config{
-					FetchCooldown:     10 * time.Millisecond,
-					FetchPollInterval: 50 * time.Millisecond,
-					Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 1}},
-					Workers:           workers,
-				}, nil
-			}))
-
-			completed, cancel := store.Jobs().Subscribe(river.EventKindJobCompleted)
-			t.Cleanup(cancel)
-
-			require.NoError(t, store.Jobs().Start(ctx))
-			t.Cleanup(func() {
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				defer cancel()
-				require.NoError(t, store.Jobs().Stop(ctx))
-			})
-
-			// Inserted in a transaction that commits, then worked.
-			var jobID int64
-			require.NoError(t, store.InTx(ctx, func(ctx context.Context, tx db.Tx) error {
-				res, err := tx.JobInsert(ctx, testJobArgs{UserID: 1}, nil)
-				if err == nil {
-					jobID = res.Job.ID
-				}
-				return err
-			}))
-
-			select {
-			case event := <-completed:
-				require.Equal(t, jobID, event.Job.ID)
-			case <-time.After(10 * time.Second):
-				require.FailNow(t, "job not worked")
-			}
-		})
-
-		t.Run("Insert", func(t *testing.T) {
-			t.Parallel()
-
-			ctx := t.Context()
-			store := newStore(t)
-			require.NotNil(t, store.RiverUIEndpoints())
-
-			res, err := store.JobInsert(ctx, testJobArgs{UserID: 7}, &river.InsertOpts{Queue: "email"})
-			require.NoError(t, err)
-
-			job, err := store.Jobs().JobGet(ctx, res.Job.ID)
-			require.NoError(t, err)
-			require.Equal(t, "store_test", job.Kind)
-			require.Equal(t, "email", job.Queue)
-		})
 	})
 }
 
@@ -1324,77 +1205,6 @@ func TestStore_Engine(t *testing.T) {
 	dbtest.Engines(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
 		store := newStore(t)
 		require.Equal(t, strings.ToLower(strings.TrimPrefix(t.Name(), "TestStore_Engine/")), store.Engine())
-	})
-}
-
-func TestStore_CheckSchema(t *testing.T) {
-	t.Parallel()
-
-	dbtest.EnginesUnmigrated(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
-		ctx := t.Context()
-		store := newStore(t)
-
-		// River's schema only, as after `river migrate-up`.
-		dbtest.RiverMigrate(t, store, rivermigrate.DirectionUp, nil)
-		err := store.CheckSchema(ctx)
-		require.ErrorIs(t, err, db.ErrSchemaBehind)
-		require.ErrorContains(t, err, "the app's migrations are not applied")
-		require.NotContains(t, err.Error(), "River")
-
-		// Both, then River one step down.
-		require.NoError(t, store.Migrate(ctx))
-		require.NoError(t, store.CheckSchema(ctx))
-		res := dbtest.RiverMigrate(t, store, rivermigrate.DirectionDown, nil)
-		require.Len(t, res.Versions, 1)
-
-		err = store.CheckSchema(ctx)
-		require.ErrorIs(t, err, db.ErrSchemaBehind)
-		require.ErrorContains(t, err, "River's migrations [")
-		require.NotContains(t, err.Error(), "app's")
-	})
-}
-
-func TestStore_Migrate(t *testing.T) {
-	t.Parallel()
-
-	t.Run("Migrated", func(t *testing.T) {
-		t.Parallel()
-
-		dbtest.Engines(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
-			ctx := t.Context()
-			store := newStore(t)
-
-			require.NoError(t, store.CheckSchema(ctx))
-			require.NoError(t, store.Ready(ctx))
-
-			// Idempotent.
-			require.NoError(t, store.Migrate(ctx))
-			require.NoError(t, store.Migrate(ctx))
-			require.NoError(t, store.CheckSchema(ctx))
-		})
-	})
-
-	t.Run("Unmigrated", func(t *testing.T) {
-		t.Parallel()
-
-		dbtest.EnginesUnmigrated(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
-			ctx := t.Context()
-			store := newStore(t)
-
-			err := store.CheckSchema(ctx)
-			require.ErrorIs(t, err, db.ErrSchemaBehind)
-			require.ErrorContains(t, err, "River's migrations")
-			require.ErrorContains(t, err, "the app's migrations are not applied")
-
-			// CheckSchema only reads: it is still behind.
-			require.ErrorIs(t, store.CheckSchema(ctx), db.ErrSchemaBehind)
-
-			require.NoError(t, store.Migrate(ctx))
-			require.NoError(t, store.CheckSchema(ctx))
-			require.NoError(t, store.Migrate(ctx))
-
-			userInsert(ctx, t, store, "ada@example.com")
-		})
 	})
 }
 
@@ -1618,7 +1428,7 @@ func TestStore_RateLimitCounterConsumeChain(t *testing.T) {
 				WindowStart: now,
 			}
 		}
-		count := func(t *testing.T, store db.Store, key string) int64 {
+		count := func(t *testing.T, store db.Tables, key string) int64 {
 			t.Helper()
 			n, err := store.RateLimitCounterGet(t.Context(), &db.RateLimitCounterGetParams{KeyHash: tokenHash(key), WindowStart: now})
 			require.NoError(t, err)
@@ -1802,7 +1612,7 @@ func TestStore_RateLimitCounterRefund(t *testing.T) {
 	t.Parallel()
 
 	dbtest.Engines(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
-		spend := func(t *testing.T, store db.Store, key string, start time.Time, times int) {
+		spend := func(t *testing.T, store db.Tables, key string, start time.Time, times int) {
 			t.Helper()
 			for range times {
 				_, ok, err := store.RateLimitCounterConsume(t.Context(), &db.RateLimitCounterConsumeParams{
@@ -1812,13 +1622,13 @@ func TestStore_RateLimitCounterRefund(t *testing.T) {
 				require.True(t, ok)
 			}
 		}
-		count := func(t *testing.T, store db.Store, key string, start time.Time) int64 {
+		count := func(t *testing.T, store db.Tables, key string, start time.Time) int64 {
 			t.Helper()
 			n, err := store.RateLimitCounterGet(t.Context(), &db.RateLimitCounterGetParams{KeyHash: tokenHash(key), WindowStart: start})
 			require.NoError(t, err)
 			return n
 		}
-		refund := func(t *testing.T, store db.Store, windows ...db.RateLimitCounterGetParams) {
+		refund := func(t *testing.T, store db.Tables, windows ...db.RateLimitCounterGetParams) {
 			t.Helper()
 			trusted, err := store.RateLimitCounterRefund(t.Context(), &db.RateLimitCounterWindowsParams{Windows: windows})
 			require.NoError(t, err)
@@ -1966,7 +1776,7 @@ func TestStore_RateLimitDevice(t *testing.T) {
 		device := func(since time.Time) *db.RateLimitDeviceParams {
 			return &db.RateLimitDeviceParams{Window: 1, KeyHash: tokenHash("phone"), RevocationHash: tokenHash("account-devices"), Since: since}
 		}
-		counts := func(t *testing.T, store db.Store, keys ...string) []int64 {
+		counts := func(t *testing.T, store db.Tables, keys ...string) []int64 {
 			t.Helper()
 			windows := make([]db.RateLimitCounterGetParams, len(keys))
 			for i, key := range keys {
@@ -2278,7 +2088,7 @@ func TestStore_User(t *testing.T) {
 
 	dbtest.Engines(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
 		type testBundle struct {
-			store db.Store
+			store db.Tables
 			user  *db.User
 		}
 

@@ -14,9 +14,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postguard/postguard/db"
-	"github.com/postguard/postguard/db/dbtest"
 	"github.com/postguard/postguard/db/postgres"
 	"github.com/postguard/postguard/db/sqlite"
+	"github.com/postguard/postguard/internal/dbtest"
 )
 
 // hostTables are postguard's tables on a handle a host app opened itself, with a table of the
@@ -74,7 +74,7 @@ func hostEngines(t *testing.T, fn func(t *testing.T, newHost func(t *testing.T) 
 			t.Cleanup(pool.Close)
 			engine, err := postgres.NewEngineFromPool(t.Context(), pool, &postgres.Config{Logger: dbtest.Logger(t)})
 			require.NoError(t, err)
-			tables := db.NewTables(engine, &db.TablesConfig{Logger: dbtest.Logger(t), GooseTable: "postguard_db_version"})
+			tables := db.NewTables(engine, &db.TablesConfig{Logger: dbtest.Logger(t)})
 			t.Cleanup(func() { require.NoError(t, tables.Close()) })
 			sqlDB := stdlib.OpenDBFromPool(pool)
 			t.Cleanup(func() { sqlDB.Close() })
@@ -95,7 +95,7 @@ func hostEngines(t *testing.T, fn func(t *testing.T, newHost func(t *testing.T) 
 			t.Cleanup(func() { sqlDB.Close() })
 			engine, err := sqlite.NewEngineFromDB(sqlDB, &sqlite.Config{Logger: dbtest.Logger(t)})
 			require.NoError(t, err)
-			tables := db.NewTables(engine, &db.TablesConfig{Logger: dbtest.Logger(t), GooseTable: "postguard_db_version"})
+			tables := db.NewTables(engine, &db.TablesConfig{Logger: dbtest.Logger(t)})
 			t.Cleanup(func() { require.NoError(t, tables.Close()) })
 			return &hostTables{
 				tables:      tables,
@@ -115,23 +115,87 @@ func TestNewTables(t *testing.T) {
 
 			host := newHost(t)
 			ctx := t.Context()
-			// The host's goose records its own migrations in goose's default table.
+			// The host's goose records its own migrations in goose's default table, and the host
+			// has a users table of its own.
 			host.exec(t, "CREATE TABLE goose_db_version (id INTEGER PRIMARY KEY, version_id BIGINT NOT NULL, is_applied BOOLEAN NOT NULL, tstamp TIMESTAMP)")
 			host.exec(t, "INSERT INTO goose_db_version (id, version_id, is_applied) VALUES (1, 0, TRUE), (2, 20260101000000, TRUE)")
-			host.exec(t, "CREATE TABLE accounts (id INTEGER PRIMARY KEY, email TEXT NOT NULL)")
+			host.exec(t, "CREATE TABLE users (id INTEGER PRIMARY KEY, login TEXT NOT NULL)")
+			host.exec(t, "INSERT INTO users (id, login) VALUES (1, 'ada')")
 
-			require.NoError(t, host.tables.MigrateTables(ctx))
-			require.NoError(t, host.tables.MigrateTables(ctx), "idempotent")
+			opts := &db.MigrateOpts{Parts: []db.Part{db.PartLimiter, db.PartMail}}
+			require.NoError(t, host.tables.MigrateTables(ctx, opts))
+			require.NoError(t, host.tables.MigrateTables(ctx, opts), "idempotent")
+			behind, err := host.tables.MigrationsBehind(ctx, opts)
+			require.NoError(t, err)
+			require.Empty(t, behind)
 
-			names := host.tableNames(t)
-			for _, table := range []string{"accounts", "email_messages", "email_tokens", "goose_db_version", "postguard_db_version", "rate_limit_counters", "send_pacer"} {
-				require.Contains(t, names, table)
-			}
-			for _, name := range names {
-				require.NotContains(t, name, "river_", "River's migrations are the host's to run")
-			}
+			require.Equal(t, []string{
+				"email_messages", "email_suppressions", "email_tokens", "goose_db_version",
+				"postguard_limiter_db_version", "postguard_mail_db_version", "rate_limit_counters",
+				"rate_limit_device_revocations", "send_pacer", "users", "webhook_events",
+			}, host.tableNames(t), "the parts' tables and goose tables, beside the host's: no River, no users or heartbeat of postguard's")
 			require.Equal(t, 2, host.count(t, "goose_db_version"), "the host's own versions untouched")
-			require.NoError(t, host.tables.Ready(ctx))
+			var login string
+			require.NoError(t, host.sqlDB.QueryRowContext(ctx, "SELECT login FROM users WHERE id = 1").Scan(&login))
+			require.Equal(t, "ada", login, "the host's own users table untouched")
+		})
+
+		t.Run("MigrateTablesLimiterOnly", func(t *testing.T) {
+			t.Parallel()
+
+			host := newHost(t)
+			ctx := t.Context()
+			opts := &db.MigrateOpts{Parts: []db.Part{db.PartLimiter}}
+			behind, err := host.tables.MigrationsBehind(ctx, opts)
+			require.NoError(t, err)
+			require.Equal(t, []string{"postguard's limiter tables are not migrated"}, behind)
+			require.Empty(t, host.tableNames(t), "MigrationsBehind only reads")
+
+			require.NoError(t, host.tables.MigrateTables(ctx, opts))
+			require.Equal(t, []string{"postguard_limiter_db_version", "rate_limit_counters", "rate_limit_device_revocations"}, host.tableNames(t))
+			behind, err = host.tables.MigrationsBehind(ctx, opts)
+			require.NoError(t, err)
+			require.Empty(t, behind)
+
+			// The other parts are not migrated, and say so.
+			behind, err = host.tables.MigrationsBehind(ctx, &db.MigrateOpts{Parts: db.Parts()})
+			require.NoError(t, err)
+			require.Equal(t, []string{"postguard's service tables are not migrated", "postguard's mail tables are not migrated"}, behind)
+
+			// Every statement of the limiter runs on its part alone: the chain of several windows
+			// (its statement names no users table unless asked to read a user), the peek, the clear.
+			windows := []db.RateLimitCounterConsumeParams{
+				{KeyHash: tokenHash("ip"), WindowStart: now, WindowEnd: now.Add(time.Minute), LimitCount: 5},
+				{KeyHash: tokenHash("key"), WindowStart: now, WindowEnd: now.Add(time.Minute), LimitCount: 5},
+			}
+			res, err := host.tables.RateLimitCounterConsumeChain(ctx, &db.RateLimitCounterChainParams{Windows: windows})
+			require.NoError(t, err)
+			require.Equal(t, []int64{1, 1}, res.Counts)
+			peek := &db.RateLimitCounterWindowsParams{Windows: []db.RateLimitCounterGetParams{{KeyHash: tokenHash("ip"), WindowStart: now}}}
+			got, err := host.tables.RateLimitCounterGetMany(ctx, peek)
+			require.NoError(t, err)
+			require.Equal(t, []int64{1}, got.Counts)
+			_, err = host.tables.RateLimitCounterRefund(ctx, peek)
+			require.NoError(t, err)
+			_, err = host.tables.RateLimitCounterDeleteMany(ctx, peek)
+			require.NoError(t, err)
+			// The trusted devices' revocations are the limiter's part too.
+			require.NoError(t, host.tables.RateLimitDeviceRevocationUpsert(ctx, tokenHash("account")))
+			_, err = host.tables.RateLimitDeviceRevocationGet(ctx, tokenHash("account"))
+			require.NoError(t, err)
+		})
+
+		t.Run("MigrateTablesNamesItsParts", func(t *testing.T) {
+			t.Parallel()
+
+			host := newHost(t)
+			ctx := t.Context()
+			for _, opts := range []*db.MigrateOpts{nil, {}, {Parts: []db.Part{"counters"}}, {Parts: []db.Part{db.PartMail, db.PartMail}}} {
+				require.Error(t, host.tables.MigrateTables(ctx, opts))
+				_, err := host.tables.MigrationsBehind(ctx, opts)
+				require.Error(t, err)
+			}
+			require.Empty(t, host.tableNames(t), "nothing migrated")
 		})
 
 		t.Run("CountersAndTransactions", func(t *testing.T) {
@@ -139,7 +203,7 @@ func TestNewTables(t *testing.T) {
 
 			host := newHost(t)
 			ctx := t.Context()
-			require.NoError(t, host.tables.MigrateTables(ctx))
+			require.NoError(t, host.tables.MigrateTables(ctx, &db.MigrateOpts{Parts: []db.Part{db.PartLimiter, db.PartMail}}))
 
 			// The counters run, exact as ever.
 			window := &db.RateLimitCounterConsumeParams{KeyHash: tokenHash("k"), WindowStart: now, WindowEnd: now.Add(15 * time.Minute), LimitCount: 2}

@@ -26,28 +26,6 @@ const (
 	TokenPurposeReset  TokenPurpose = "reset"
 )
 
-// Message statuses. An email job's message is queued from its first attempt until the provider
-// accepts it (sent), or suppressed when its address is on the suppression list (nothing is sent);
-// the provider's events then move it on: delivered, delayed, bounced, complained, suppressed (the
-// provider would not send it) or failed.
-const (
-	EmailStatusQueued     = "queued"
-	EmailStatusSent       = "sent"
-	EmailStatusDelivered  = "delivered"
-	EmailStatusDelayed    = "delayed"
-	EmailStatusBounced    = "bounced"
-	EmailStatusComplained = "complained"
-	EmailStatusSuppressed = "suppressed"
-	EmailStatusFailed     = "failed"
-)
-
-// Suppression reasons: what put an address on the suppression list.
-const (
-	SuppressionReasonBounced    = "bounced"    // a permanent bounce
-	SuppressionReasonComplained = "complained" // the recipient marked a mail as spam
-	SuppressionReasonSuppressed = "suppressed" // the provider refused to send to it (its own list)
-)
-
 // EmailMessage is the message row of one email job, created at its first attempt.
 type EmailMessage struct {
 	JobID  int64
@@ -57,7 +35,8 @@ type EmailMessage struct {
 	IdempotencyKey string
 	// KeyCreatedAt is when IdempotencyKey was chosen: the provider forgets a key 24 hours later.
 	KeyCreatedAt time.Time
-	Status       string
+	// Status is one of package email's Status* constants; email.Record moves it.
+	Status string
 	// ProviderID is the provider's id of the accepted mail; nil until then.
 	ProviderID *string
 	// AcceptedAt is when the provider accepted the mail; nil until then. A later attempt of a job
@@ -155,10 +134,10 @@ type EmailMessageLifecycleParams struct {
 }
 
 // EmailSuppression is an address on the suppression list: never the address itself, only its
-// HMAC (tokens.SuppressionKey).
+// HMAC (email.SuppressionKey).
 type EmailSuppression struct {
 	AddressHash []byte
-	// Reason is one of the SuppressionReason* constants; Detail the provider's classification
+	// Reason is one of package email's Reason* constants; Detail the provider's classification
 	// (a bounce's sub-type, say), possibly empty.
 	Reason string
 	Detail string

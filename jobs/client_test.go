@@ -14,8 +14,8 @@ import (
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
-	"github.com/postguard/postguard/db"
-	"github.com/postguard/postguard/db/dbtest"
+	"github.com/postguard/postguard/internal/dbtest"
+	"github.com/postguard/postguard/internal/riverstore"
 	"github.com/postguard/postguard/jobs/mail"
 	"github.com/postguard/postguard/jobs/mail/resendfake"
 )
@@ -80,7 +80,7 @@ func newClientBundle(t *testing.T, newStore dbtest.NewStoreFunc, opts *clientOpt
 	if opts.configure != nil {
 		opts.configure(config)
 	}
-	store := newStore(t, dbtest.WithRiverConfig(func(store db.Store) (*river.Config, error) {
+	store := newStore(t, dbtest.WithRiverConfig(func(store riverstore.Store) (*river.Config, error) {
 		riverConfig, err := NewRiverConfig(&Deps{
 			Logger:     slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 			Registerer: registry,

@@ -3,15 +3,16 @@
 // NewRiverConfig, which assembles the whole River configuration of a postguard process. The
 // tokens mailed in links are the tokens package's; the mail itself, jobs/mail's.
 //
-// A host app with its own River client uses the same jobs: NewWorkers on its db.Tables, with
-// Recipients reading its own users table, registered on its river.Workers (Workers.Register);
-// it inserts WelcomeEmailArgs and the others with its own client's InsertTx, in the transaction
-// that creates the user. postguard's own server is built the same way, on its users table
+// A host app with its own River client uses the same jobs: NewWorkers on its db.Tables (their
+// db.PartMail migrated), with Recipients reading its own users table, registered on its
+// river.Workers (Workers.Register); it inserts WelcomeEmailArgs and the others with its own
+// client's InsertTx, in the transaction that creates the user. postguard's own server is built the same way, on its users table
 // (UserRecipients).
 package jobs
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -61,18 +62,17 @@ const EmailMaxAttempts = 5
 // Deps are the long-lived collaborators of the jobs.
 type Deps struct {
 	// Store holds postguard's tables the workers read and write (messages, tokens, the send
-	// pacer, counters): postguard's own db.Store, or a host app's db.Tables on its own pool or
-	// *sql.DB. Required.
+	// pacer, counters): a host app's db.Tables on its own pool or *sql.DB, or postguard's own
+	// store. Required.
 	Store db.Tables
 	// Recipients give the workers each user's address, name and locale: a host app's own users
 	// table. NewWorkers requires it; NewRiverConfig, postguard's own configuration, defaults it
 	// to postguard's users table (UserRecipients(Store)).
 	Recipients Recipients
 	// Jobs is the River client prune deletes finished jobs through and the queue depth metric
-	// counts with (a db.Store's Jobs). NewRiverConfig requires it, as it turns River's own job
-	// cleaner off; for a host app's workers (NewWorkers) nil leaves finished jobs to the host's
-	// River.
-	Jobs db.Jobs
+	// counts with. NewRiverConfig requires it, as it turns River's own job cleaner off; for a
+	// host app's workers (NewWorkers) nil leaves finished jobs to the host's River.
+	Jobs RiverClient
 	// Providers deliver mail, in failover order (MAILER=resend,smtp): an attempt goes to the
 	// first whose circuit is closed, and on to the next after an outage that left the provider
 	// without the mail (see Provider). None (and no Sender) means MAILER=none: the email queue is
@@ -91,12 +91,20 @@ type Deps struct {
 	Renderer *mail.Renderer
 }
 
+// RiverClient is what prune and the queue-depth metric use of River's client: any
+// *river.Client[TTx] is one.
+type RiverClient interface {
+	JobList(ctx context.Context, params *river.JobListParams) (*river.JobListResult, error)
+	JobDeleteMany(ctx context.Context, params *river.JobDeleteManyParams) (*river.JobDeleteManyResult, error)
+}
+
 // Config configures the jobs. Its values are taken as given, checked by the caller (postguard's
 // own are checked once, where its environment is read); a zero duration or count takes its
 // Default*.
 type Config struct {
 	// Secret is APP_SECRET: it keys the unsubscribe links' HMACs and, through HKDF, the sealing
-	// of link tokens while their jobs may resend them. Required.
+	// of link tokens while their jobs may resend them. Required, at least tokens.MinSecretLen
+	// bytes.
 	Secret []byte
 	// AppURL is the base of the links in mail (APP_URL), e.g. https://example.com.
 	AppURL string
@@ -168,7 +176,7 @@ type Workers struct {
 // NewWorkers builds the workers of deps and config, to Register on a River registry: postguard's
 // own, or a host app's, whose River client then works them and whose InsertTx inserts their jobs
 // (WelcomeEmailArgs and the others) in its own transactions. They use deps only when they work a
-// job, so they may be built while the store's River client is (see db.StoreConfig).
+// job, so they may be built before the River client that works them exists.
 func NewWorkers(deps *Deps, config *Config) (*Workers, error) {
 	if deps == nil || deps.Store == nil {
 		return nil, errors.New("jobs: Deps.Store is required")
@@ -181,6 +189,9 @@ func NewWorkers(deps *Deps, config *Config) (*Workers, error) {
 	}
 	config = config.withDefaults()
 
+	if err := tokens.CheckSecret(config.Secret); err != nil {
+		return nil, fmt.Errorf("jobs: Config.Secret (APP_SECRET): %w", err)
+	}
 	sealer, err := tokens.NewSealer(config.Secret)
 	if err != nil {
 		return nil, err

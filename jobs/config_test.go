@@ -14,13 +14,14 @@ import (
 
 	"github.com/postguard/postguard/db"
 	"github.com/postguard/postguard/jobs/mail"
+	"github.com/postguard/postguard/tokens"
 )
 
-// nopStore is a db.Store for config tests that never reach the database.
-type nopStore struct{ db.Store }
+// nopStore is a db.Tables for config tests that never reach the database.
+type nopStore struct{ db.Tables }
 
-// nopJobs is a db.Jobs for config tests that never reach River.
-type nopJobs struct{ db.Jobs }
+// nopJobs is a RiverClient for config tests that never reach River.
+type nopJobs struct{ RiverClient }
 
 // nopSender is a mail.Sender that accepts everything.
 type nopSender struct{}
@@ -175,6 +176,19 @@ func TestNewRiverConfig(t *testing.T) {
 		workers, err := NewWorkers(&Deps{Store: nopStore{}, Sender: nopSender{}, Recipients: UserRecipients(nopStore{})}, validConfig())
 		require.NoError(t, err)
 		require.NoError(t, workers.Register(river.NewWorkers()))
+	})
+
+	t.Run("SecretOfAtLeast32Bytes", func(t *testing.T) {
+		t.Parallel()
+
+		deps := &Deps{Store: nopStore{}, Sender: nopSender{}, Recipients: UserRecipients(nopStore{})}
+		for _, secret := range [][]byte{nil, []byte("abc"), testSecret[:tokens.MinSecretLen-1]} {
+			config := validConfig()
+			config.Secret = secret
+			_, err := NewWorkers(deps, config)
+			require.ErrorIs(t, err, tokens.ErrWeakSecret)
+			require.ErrorContains(t, err, "jobs: Config.Secret (APP_SECRET)")
+		}
 	})
 
 	t.Run("ProvidersWorkTheEmailQueue", func(t *testing.T) {

@@ -20,6 +20,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/postguard/postguard/db"
+	"github.com/postguard/postguard/email"
 	"github.com/postguard/postguard/jobs/mail"
 	"github.com/postguard/postguard/tokens"
 )
@@ -230,7 +231,10 @@ func (m *mailer) deliver(a *attempt, userID int64, spec *emailSpec) error {
 	return m.send(a, user, dl, spec.purpose)
 }
 
-// recipient reads the job's user from the Recipients: the one place workers read a user.
+// recipient reads the job's user from the Recipients: the one place workers read a user. Its
+// address is taken in its normal form (email.Normalize), whatever spelling the Recipients' table
+// keeps, so that it is mailed, and looked up on the suppression list, as the webhook keys it: an
+// address that is not one plain address cannot be mailed, and cancels the job.
 func (m *mailer) recipient(ctx context.Context, userID int64) (*Recipient, error) {
 	r, err := m.recipients.Recipient(ctx, userID)
 	if err != nil {
@@ -238,6 +242,9 @@ func (m *mailer) recipient(ctx context.Context, userID int64) (*Recipient, error
 	}
 	user := *r // the Recipients' own value stays as it gave it
 	user.ID = userID
+	if user.Email, err = email.Normalize(user.Email); err != nil {
+		return nil, fmt.Errorf("%w: the address of user %d is not one plain address", mail.ErrInvalidMessage, userID)
+	}
 	return &user, nil
 }
 

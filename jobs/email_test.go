@@ -15,7 +15,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postguard/postguard/db"
-	"github.com/postguard/postguard/db/dbtest"
+	"github.com/postguard/postguard/email"
+	"github.com/postguard/postguard/internal/dbtest"
+	"github.com/postguard/postguard/internal/riverstore"
 	"github.com/postguard/postguard/jobs/mail"
 	"github.com/postguard/postguard/jobs/mail/resendfake"
 	"github.com/postguard/postguard/tokens"
@@ -53,7 +55,7 @@ func TestEmailWorkers_ProviderAnswers(t *testing.T) {
 			message, err := bundle.store.EmailMessageGetByJob(t.Context(), res.Job.ID)
 			require.NoError(t, err)
 			require.Equal(t, deliveries[0].IdempotencyKey, message.IdempotencyKey)
-			require.Equal(t, db.EmailStatusSent, message.Status)
+			require.Equal(t, email.StatusSent, message.Status)
 			require.Equal(t, deliveries[0].ID, *message.ProviderID)
 			require.True(t, bundle.clock.Now().Equal(*message.AcceptedAt))
 		})
@@ -260,7 +262,7 @@ func TestEmailJobs_Uniqueness(t *testing.T) {
 	t.Parallel()
 
 	dbtest.Engines(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
-		insert := func(t *testing.T, store db.Store, args river.JobArgs) *rivertype.JobInsertResult {
+		insert := func(t *testing.T, store riverstore.Store, args river.JobArgs) *rivertype.JobInsertResult {
 			t.Helper()
 			res, err := store.JobInsert(t.Context(), args, nil)
 			require.NoError(t, err)

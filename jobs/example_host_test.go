@@ -63,7 +63,7 @@ func ExampleNewWorkers() {
 		panic(err)
 	}
 	tables := db.NewTables(engine, &db.TablesConfig{Logger: quiet})
-	if err := tables.MigrateTables(ctx); err != nil {
+	if err := tables.MigrateTables(ctx, &db.MigrateOpts{Parts: []db.Part{db.PartMail}}); err != nil {
 		panic(err)
 	}
 

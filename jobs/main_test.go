@@ -22,7 +22,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postguard/postguard/db"
-	"github.com/postguard/postguard/db/dbtest"
+	"github.com/postguard/postguard/internal/dbtest"
+	"github.com/postguard/postguard/internal/riverstore"
 	"github.com/postguard/postguard/jobs/mail"
 	"github.com/postguard/postguard/jobs/mail/resendfake"
 	"github.com/postguard/postguard/jobs/mail/smtpfake"
@@ -276,7 +277,7 @@ var frenchTemplates = map[string]string{ //nolint:gochecknoglobals // test data
 }
 
 // createUserIn registers a user with a unique email and locale.
-func createUserIn(t *testing.T, store db.Store, locale string) *db.User {
+func createUserIn(t *testing.T, store riverstore.Store, locale string) *db.User {
 	t.Helper()
 
 	n := userSeq.Add(1)
@@ -379,7 +380,7 @@ func (b *testBundle) counter(t *testing.T, name string, want map[string]string) 
 var userSeq atomic.Int64 //nolint:gochecknoglobals // unique emails across parallel tests
 
 // createUser registers a user with a unique email.
-func createUser(t *testing.T, store db.Store) *db.User {
+func createUser(t *testing.T, store riverstore.Store) *db.User {
 	t.Helper()
 
 	n := userSeq.Add(1)

@@ -10,8 +10,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
-
-	"github.com/postguard/postguard/db"
 )
 
 // queueDepthLimit bounds the count of each state at scrape time: the collector lists at most
@@ -115,11 +113,11 @@ func (m *metrics) circuit(provider string, open bool) {
 type queueDepthCollector struct {
 	desc    *prometheus.Desc
 	logger  *slog.Logger
-	jobs    db.Jobs
+	jobs    RiverClient
 	timeout time.Duration
 }
 
-func newQueueDepthCollector(jobs db.Jobs, logger *slog.Logger) *queueDepthCollector {
+func newQueueDepthCollector(jobs RiverClient, logger *slog.Logger) *queueDepthCollector {
 	return &queueDepthCollector{
 		desc: prometheus.NewDesc(
 			"postguard_jobs",

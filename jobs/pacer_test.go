@@ -12,7 +12,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
-	"github.com/postguard/postguard/db/dbtest"
+	"github.com/postguard/postguard/internal/dbtest"
 )
 
 func TestPacer_Interval(t *testing.T) {

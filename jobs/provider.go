@@ -7,8 +7,8 @@ import (
 	"log/slog"
 
 	"github.com/postguard/postguard/db"
+	"github.com/postguard/postguard/email"
 	"github.com/postguard/postguard/jobs/mail"
-	"github.com/postguard/postguard/tokens"
 )
 
 // DefaultProviderName is the name of Deps.Sender's one provider: the send budget and metric label
@@ -213,8 +213,8 @@ func (m *mailer) bounce(a *attempt, user *Recipient, b *mail.Bounce, purpose db.
 	now := m.nowFunc()
 	err := m.store.Transact(a.ctx, func(ctx context.Context, tx db.Queries) error {
 		if err := tx.EmailSuppressionInsert(ctx, &db.EmailSuppressionInsertParams{
-			AddressHash:  tokens.SuppressionKey(m.links.secret, user.Email),
-			Reason:       db.SuppressionReasonBounced,
+			AddressHash:  email.SuppressionKey(m.links.secret, user.Email),
+			Reason:       email.ReasonBounced,
 			Detail:       b.Detail,
 			EmailID:      b.EmailID,
 			SuppressedAt: now,

@@ -12,15 +12,16 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postguard/postguard/db"
-	"github.com/postguard/postguard/db/dbtest"
+	"github.com/postguard/postguard/email"
+	"github.com/postguard/postguard/internal/dbtest"
+	"github.com/postguard/postguard/internal/riverstore"
 	"github.com/postguard/postguard/jobs/mail"
 	"github.com/postguard/postguard/jobs/mail/resendfake"
 	"github.com/postguard/postguard/jobs/mail/smtpfake"
-	"github.com/postguard/postguard/tokens"
 )
 
 // requireMessage reads job's message row.
-func requireMessage(t *testing.T, store db.Store, jobID int64) *db.EmailMessage {
+func requireMessage(t *testing.T, store riverstore.Store, jobID int64) *db.EmailMessage {
 	t.Helper()
 
 	message, err := store.EmailMessageGetByJob(t.Context(), jobID)
@@ -62,7 +63,7 @@ func TestEmailWorkers_SMTP(t *testing.T) {
 
 			// The row says SMTP took it, under the Message-ID it was sent with.
 			message := requireMessage(t, bundle.store, res.Job.ID)
-			require.Equal(t, db.EmailStatusSent, message.Status)
+			require.Equal(t, email.StatusSent, message.Status)
 			require.Equal(t, "smtp", *message.Provider)
 			require.Equal(t, p.Header.Get("Message-Id"), *message.ProviderID)
 			require.Equal(t, mail.MessageID(message.IdempotencyKey, "example.com"), *message.ProviderID)
@@ -139,13 +140,13 @@ func TestEmailWorkers_SMTP(t *testing.T) {
 			require.Empty(t, bundle.smtp.Received())
 
 			// The address is suppressed, as a permanent bounce's is, and the row says bounced.
-			suppression, err := bundle.store.EmailSuppressionGet(t.Context(), tokens.SuppressionKey(testSecret, user.Email))
+			suppression, err := bundle.store.EmailSuppressionGet(t.Context(), email.SuppressionKey(testSecret, user.Email))
 			require.NoError(t, err)
-			require.Equal(t, db.SuppressionReasonBounced, suppression.Reason)
+			require.Equal(t, email.ReasonBounced, suppression.Reason)
 			require.Equal(t, "SMTP 550 5.1.1", suppression.Detail)
 			message := requireMessage(t, bundle.store, res.Job.ID)
 			require.Equal(t, mail.MessageID(message.IdempotencyKey, "example.com"), suppression.EmailID)
-			require.Equal(t, db.EmailStatusBounced, message.Status)
+			require.Equal(t, email.StatusBounced, message.Status)
 			require.Equal(t, "SMTP 550 5.1.1", *message.BounceSubType)
 			require.Nil(t, message.ProviderInDoubt)
 			token, err := bundle.store.EmailTokenGetByJob(t.Context(), res.Job.ID)
@@ -170,7 +171,7 @@ func TestEmailWorkers_SMTP(t *testing.T) {
 			res, err := bundle.work(t, VerificationEmailArgs{UserID: user.ID}, nil)
 			require.Error(t, err)
 			require.Equal(t, rivertype.JobStateRetryable, res.Job.State)
-			_, err = bundle.store.EmailSuppressionGet(t.Context(), tokens.SuppressionKey(testSecret, user.Email))
+			_, err = bundle.store.EmailSuppressionGet(t.Context(), email.SuppressionKey(testSecret, user.Email))
 			require.ErrorIs(t, err, db.ErrNotFound, "a refusal of postguard is no bounce of the address")
 		})
 
@@ -185,9 +186,9 @@ func TestEmailWorkers_SMTP(t *testing.T) {
 			require.Equal(t, river.EventKindJobCancelled, res.EventKind)
 			require.Contains(t, res.Job.Errors[0].Error, "SMTP end of data answered 554 5.6.0")
 			require.Empty(t, bundle.smtp.Messages())
-			_, err = bundle.store.EmailSuppressionGet(t.Context(), tokens.SuppressionKey(testSecret, user.Email))
+			_, err = bundle.store.EmailSuppressionGet(t.Context(), email.SuppressionKey(testSecret, user.Email))
 			require.ErrorIs(t, err, db.ErrNotFound, "the content was refused, not the address")
-			require.Equal(t, db.EmailStatusQueued, requireMessage(t, bundle.store, res.Job.ID).Status)
+			require.Equal(t, email.StatusQueued, requireMessage(t, bundle.store, res.Job.ID).Status)
 		})
 
 		t.Run("ConnectionLostAfterDataRetriesWithSameMessageID", func(t *testing.T) {

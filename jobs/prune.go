@@ -84,14 +84,14 @@ type PruneWorker struct {
 	counterRetention time.Duration
 	deviceTokenTTL   time.Duration
 	jobRetention     time.Duration
-	jobs             db.Jobs // nil: finished jobs are not this worker's to delete
+	jobs             RiverClient // nil: finished jobs are not this worker's to delete
 	logger           *slog.Logger
 	nowFunc          func() time.Time
 	store            db.Tables
 	timeout          time.Duration
 }
 
-func newPruneWorker(store db.Tables, jobs db.Jobs, logger *slog.Logger, config *Config) *PruneWorker {
+func newPruneWorker(store db.Tables, jobs RiverClient, logger *slog.Logger, config *Config) *PruneWorker {
 	return &PruneWorker{
 		batchPause:       pruneBatchPause,
 		batchSize:        pruneBatchSize,

@@ -13,7 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postguard/postguard/db"
-	"github.com/postguard/postguard/db/dbtest"
+	"github.com/postguard/postguard/email"
+	"github.com/postguard/postguard/internal/dbtest"
 	"github.com/postguard/postguard/jobs/mail/resendfake"
 	"github.com/postguard/postguard/tokens"
 )
@@ -144,9 +145,9 @@ func TestPruneWorker_Work(t *testing.T) {
 			} {
 				require.NoError(t, store.WebhookEventInsert(ctx, "msg_"+strconv.Itoa(i), receivedAt))
 			}
-			suppressionKey := tokens.SuppressionKey(testSecret, user.Email)
+			suppressionKey := email.SuppressionKey(testSecret, user.Email)
 			require.NoError(t, store.EmailSuppressionInsert(ctx, &db.EmailSuppressionInsertParams{
-				AddressHash: suppressionKey, Reason: db.SuppressionReasonBounced, EmailID: "re_old",
+				AddressHash: suppressionKey, Reason: email.ReasonBounced, EmailID: "re_old",
 				SuppressedAt: now.Add(-365 * 24 * time.Hour), Now: now.Add(-365 * 24 * time.Hour),
 			}))
 

@@ -16,7 +16,8 @@ var ErrNoRecipient = errors.New("no such recipient")
 type Recipient struct {
 	// ID is the user id the job's args name. The worker sets it; a Recipients need not.
 	ID int64
-	// Email is the address the mail goes to.
+	// Email is the address the mail goes to, in any spelling: the workers mail its normal form
+	// (email.Normalize), and look that up on the suppression list.
 	Email string
 	// Name greets the user in the mail; "" for none.
 	Name string
@@ -45,7 +46,7 @@ func (f RecipientsFunc) Recipient(ctx context.Context, userID int64) (*Recipient
 	return f(ctx, userID)
 }
 
-// UserRecipients are the recipients of postguard's own users table, through q (a db.Store or
+// UserRecipients are the recipients of postguard's own users table, through q (postguard's store or
 // db.Tables).
 func UserRecipients(q db.Queries) Recipients {
 	return RecipientsFunc(func(ctx context.Context, userID int64) (*Recipient, error) {

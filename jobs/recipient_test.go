@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postguard/postguard/db"
-	"github.com/postguard/postguard/db/dbtest"
+	"github.com/postguard/postguard/internal/dbtest"
 	"github.com/postguard/postguard/tokens"
 )
 
@@ -156,6 +156,36 @@ func TestEmailWorkers_HostRecipients(t *testing.T) {
 			require.Equal(t, 1, accounts.reads)
 			require.Empty(t, bundle.fake.Requests())
 			require.Contains(t, bundle.logs.String(), "the user was deleted")
+		})
+
+		t.Run("AddressInItsNormalForm", func(t *testing.T) {
+			t.Parallel()
+
+			// The host's table keeps the address as its user typed it: mailed in its normal form.
+			bundle, accounts := setupHost(t)
+			accounts.add(t, 503, "  Ada@Bücher.DE ", "Ada", false)
+			res, err := bundle.work(t, WelcomeEmailArgs{UserID: 503}, nil)
+			require.NoError(t, err)
+			require.Equal(t, rivertype.JobStateCompleted, res.Job.State)
+			require.Equal(t, []string{"ada@xn--bcher-kva.de"}, bundle.fake.Deliveries()[0].To)
+		})
+
+		t.Run("NotAnAddressCancels", func(t *testing.T) {
+			t.Parallel()
+
+			// An address that is not one plain address can never be mailed: cancelled, not
+			// retried, and the error names the user, not the address.
+			bundle, accounts := setupHost(t)
+			accounts.add(t, 504, "ada@[127.0.0.1]", "Ada", false)
+			res, err := bundle.work(t, WelcomeEmailArgs{UserID: 504}, nil)
+			require.NoError(t, err)
+			require.Equal(t, river.EventKindJobCancelled, res.EventKind)
+			require.Equal(t, rivertype.JobStateCancelled, res.Job.State)
+			require.Contains(t, res.Job.Errors[0].Error, "the address of user 504 is not one plain address")
+			require.NotContains(t, res.Job.Errors[0].Error, "127.0.0.1")
+			require.NotContains(t, bundle.logs.String(), "127.0.0.1")
+			require.Empty(t, bundle.fake.Requests())
+			require.Equal(t, float64(1), bundle.deliveries(t, "welcome_email", OutcomeCancelled))
 		})
 
 		t.Run("RecipientsErrorRetries", func(t *testing.T) {

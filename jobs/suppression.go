@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/postguard/postguard/db"
+	"github.com/postguard/postguard/email"
 	"github.com/postguard/postguard/tokens"
 )
 
@@ -17,7 +18,7 @@ import (
 // provider accepted the job's mail already (a rescued attempt): prepare then completes the job
 // as sent, which it was.
 func (m *mailer) checkSuppression(a *attempt, user *Recipient) error {
-	suppression, err := m.store.EmailSuppressionGet(a.ctx, tokens.SuppressionKey(m.links.secret, user.Email))
+	suppression, err := m.store.EmailSuppressionGet(a.ctx, email.SuppressionKey(m.links.secret, user.Email))
 	if errors.Is(err, db.ErrNotFound) {
 		return nil
 	}

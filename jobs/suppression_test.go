@@ -10,17 +10,18 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postguard/postguard/db"
-	"github.com/postguard/postguard/db/dbtest"
+	"github.com/postguard/postguard/email"
+	"github.com/postguard/postguard/internal/dbtest"
+	"github.com/postguard/postguard/internal/riverstore"
 	"github.com/postguard/postguard/jobs/mail/resendfake"
-	"github.com/postguard/postguard/tokens"
 )
 
 // suppress puts user's address on the suppression list, as a webhook event would.
-func suppress(t *testing.T, store db.Store, user *db.User, reason string) {
+func suppress(t *testing.T, store riverstore.Store, user *db.User, reason string) {
 	t.Helper()
 
 	require.NoError(t, store.EmailSuppressionInsert(t.Context(), &db.EmailSuppressionInsertParams{
-		AddressHash:  tokens.SuppressionKey(testSecret, user.Email),
+		AddressHash:  email.SuppressionKey(testSecret, user.Email),
 		Reason:       reason,
 		EmailID:      "re_earlier",
 		SuppressedAt: time.Now(),
@@ -46,7 +47,7 @@ func TestEmailWorkers_Suppression(t *testing.T) {
 
 				bundle := setup(t, newStore, nil)
 				user, other := createUser(t, bundle.store), createUser(t, bundle.store)
-				suppress(t, bundle.store, user, db.SuppressionReasonBounced)
+				suppress(t, bundle.store, user, email.ReasonBounced)
 
 				res, err := bundle.work(t, tt.args(user.ID), nil)
 				require.NoError(t, err)
@@ -59,7 +60,7 @@ func TestEmailWorkers_Suppression(t *testing.T) {
 
 				message, err := bundle.store.EmailMessageGetByJob(t.Context(), res.Job.ID)
 				require.NoError(t, err)
-				require.Equal(t, db.EmailStatusSuppressed, message.Status)
+				require.Equal(t, email.StatusSuppressed, message.Status)
 				require.True(t, bundle.clock.Now().Equal(*message.SuppressedAt))
 				require.Nil(t, message.ProviderID)
 				// No link token was made for a mail that does not go out.
@@ -91,7 +92,7 @@ func TestEmailWorkers_Suppression(t *testing.T) {
 			require.NoError(t, err)
 			require.NotNil(t, token.Sealed)
 
-			suppress(t, bundle.store, user, db.SuppressionReasonComplained)
+			suppress(t, bundle.store, user, email.ReasonComplained)
 			bundle.clock.advance(time.Minute)
 			res, err := bundle.workAgain(t, failed.Job)
 			require.NoError(t, err)
@@ -101,7 +102,7 @@ func TestEmailWorkers_Suppression(t *testing.T) {
 
 			message, err := bundle.store.EmailMessageGetByJob(t.Context(), res.Job.ID)
 			require.NoError(t, err)
-			require.Equal(t, db.EmailStatusSuppressed, message.Status)
+			require.Equal(t, email.StatusSuppressed, message.Status)
 			token, err = bundle.store.EmailTokenGetByJob(t.Context(), res.Job.ID)
 			require.NoError(t, err)
 			require.Nil(t, token.Sealed, "sealed copy erased: nothing will send it")
@@ -122,7 +123,7 @@ func TestEmailWorkers_Suppression(t *testing.T) {
 			require.Len(t, bundle.fake.Deliveries(), 1)
 			require.NoError(t, bundle.store.EmailMessageMarkAccepted(t.Context(), &db.EmailMessageMarkAcceptedParams{JobID: failed.Job.ID, Provider: "resend", ProviderID: bundle.fake.Deliveries()[0].ID, Now: bundle.clock.Now()}))
 
-			suppress(t, bundle.store, user, db.SuppressionReasonBounced)
+			suppress(t, bundle.store, user, email.ReasonBounced)
 			res, err := bundle.workAgain(t, failed.Job)
 			require.NoError(t, err)
 			require.Equal(t, rivertype.JobStateCompleted, res.Job.State)
@@ -131,7 +132,7 @@ func TestEmailWorkers_Suppression(t *testing.T) {
 
 			message, err := bundle.store.EmailMessageGetByJob(t.Context(), res.Job.ID)
 			require.NoError(t, err)
-			require.Equal(t, db.EmailStatusSent, message.Status)
+			require.Equal(t, email.StatusSent, message.Status)
 			require.Nil(t, message.SuppressedAt)
 		})
 
@@ -140,12 +141,12 @@ func TestEmailWorkers_Suppression(t *testing.T) {
 
 			bundle := setup(t, newStore, nil)
 			user := createUser(t, bundle.store)
-			suppress(t, bundle.store, user, db.SuppressionReasonBounced)
+			suppress(t, bundle.store, user, email.ReasonBounced)
 			_, err := bundle.work(t, PasswordResetEmailArgs{UserID: user.ID}, nil)
 			require.NoError(t, err)
 			require.Zero(t, len(bundle.fake.Requests()))
 
-			deleted, err := bundle.store.EmailSuppressionDelete(t.Context(), tokens.SuppressionKey(testSecret, user.Email))
+			deleted, err := bundle.store.EmailSuppressionDelete(t.Context(), email.SuppressionKey(testSecret, user.Email))
 			require.NoError(t, err)
 			require.True(t, deleted)
 			res, err := bundle.work(t, PasswordResetEmailArgs{UserID: user.ID}, nil)

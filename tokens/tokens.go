@@ -1,8 +1,8 @@
 // Package tokens owns the secrets that postguard mails and checks: the random tokens of
 // verification and reset links (and their stored forms: a SHA-256 for lookup, a sealed copy while
 // a job may still resend them), the provider's idempotency keys, and the stateless unsubscribe
-// tokens. The jobs mint them; the api checks them. It also keys the suppression list: an address
-// is stored as its HMAC, never as itself.
+// tokens. The jobs mint them; the api checks them. It also says what a valid APP_SECRET is
+// (CheckSecret).
 //
 // Link tokens are random, never derived: nothing an attacker can read (a database copy, the
 // APP_SECRET, a job id) lets them compute one. The sealed copy exists so that every attempt of a
@@ -25,6 +25,23 @@ import (
 	"strings"
 )
 
+// MinSecretLen is the least length of APP_SECRET, in bytes: a key with less entropy than
+// SHA-256's 32 bytes weakens every token, seal and rate-limit key derived from it.
+const MinSecretLen = 32
+
+// ErrWeakSecret says a secret is empty or shorter than MinSecretLen. Every constructor that takes
+// APP_SECRET (tokens.NewSealer, abuse.NewLimiter, jobs.NewWorkers, api.New) returns it wrapped.
+var ErrWeakSecret = errors.New("secret too short")
+
+// CheckSecret returns an error wrapping ErrWeakSecret unless secret has at least MinSecretLen
+// bytes (`openssl rand -hex 32` makes one).
+func CheckSecret(secret []byte) error {
+	if len(secret) < MinSecretLen {
+		return fmt.Errorf("%w: %d bytes, it must be at least %d (e.g. `openssl rand -hex 32`)", ErrWeakSecret, len(secret), MinSecretLen)
+	}
+	return nil
+}
+
 const (
 	// tokenBytes is the randomness of a link token: 256 bits.
 	tokenBytes = 32
@@ -46,7 +63,6 @@ const (
 	secretCheckLabel = "postguard: the secret this database was made with"
 
 	unsubscribePrefix = "unsubscribe:v1:"
-	suppressionPrefix = "suppression:v1:"
 )
 
 // ErrUnseal is returned by Sealer.Open for a sealed copy that does not open: tampered with,
@@ -101,10 +117,10 @@ type Sealer struct {
 	aead cipher.AEAD
 }
 
-// NewSealer derives the sealing key from secret (APP_SECRET).
+// NewSealer derives the sealing key from secret (APP_SECRET, at least MinSecretLen bytes).
 func NewSealer(secret []byte) (*Sealer, error) {
-	if len(secret) == 0 {
-		return nil, errors.New("tokens: empty secret")
+	if err := CheckSecret(secret); err != nil {
+		return nil, fmt.Errorf("tokens.NewSealer: %w", err)
 	}
 	key, err := hkdf.Key(sha256.New, secret, nil, sealInfo, 32)
 	if err != nil {
@@ -195,16 +211,5 @@ func ParseUnsubscribe(secret []byte, tok string) (userID int64, ok bool) {
 func unsubscribeMAC(secret []byte, id string) []byte {
 	h := hmac.New(sha256.New, secret)
 	h.Write([]byte(unsubscribePrefix + id))
-	return h.Sum(nil)
-}
-
-// SuppressionKey is the key of an address on the suppression list: HMAC-SHA-256(secret,
-// "suppression:v1:"+email), email in its normalised form (api.NormalizeEmail; users' addresses
-// are stored so). The list never holds an address, and without the secret its keys cannot be
-// matched even against a list of known addresses. Changing APP_SECRET empties the list in
-// effect: every address may be mailed again, and the provider's events suppress it anew.
-func SuppressionKey(secret []byte, email string) []byte {
-	h := hmac.New(sha256.New, secret)
-	h.Write([]byte(suppressionPrefix + email))
 	return h.Sum(nil)
 }

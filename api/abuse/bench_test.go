@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/postguard/postguard/db"
-	"github.com/postguard/postguard/db/dbtest"
+	"github.com/postguard/postguard/internal/dbtest"
+	"github.com/postguard/postguard/internal/riverstore"
 )
 
 // BenchmarkKey compares the pooled keyer with a fresh hmac.New per key (the simple way).
@@ -88,10 +88,10 @@ func BenchmarkClientIP(b *testing.B) {
 func BenchmarkLimiter_Allow(b *testing.B) {
 	engines := []struct {
 		name     string
-		newStore func(b *testing.B) db.Store
+		newStore func(b *testing.B) riverstore.Store
 	}{
-		{"Postgres", func(b *testing.B) db.Store { return dbtest.NewPostgres(b) }},
-		{"SQLite", func(b *testing.B) db.Store { return dbtest.NewSQLite(b) }},
+		{"Postgres", func(b *testing.B) riverstore.Store { return dbtest.NewPostgres(b) }},
+		{"SQLite", func(b *testing.B) riverstore.Store { return dbtest.NewSQLite(b) }},
 	}
 	for _, engine := range engines {
 		b.Run(engine.name, func(b *testing.B) {
@@ -99,7 +99,7 @@ func BenchmarkLimiter_Allow(b *testing.B) {
 			newLimiter := func(b *testing.B, limit int64) *Limiter {
 				b.Helper()
 				rules := Rules{}.With(Rule{Action: ActionRegister, Scope: ScopeIP, Limit: limit, Window: time.Hour})
-				return NewLimiter(engine.newStore(b), testSecret, rules, nil)
+				return mustLimiter(b, engine.newStore(b), rules, nil)
 			}
 			allow := func(b *testing.B, l *Limiter, ip netip.Addr) *Decision {
 				d, err := l.Allow(ctx, ActionRegister, Subject{IP: ip})
@@ -126,7 +126,7 @@ func BenchmarkLimiter_Allow(b *testing.B) {
 				rules := Rules{}.
 					With(Rule{Action: ActionRegister, Scope: ScopeIP, Limit: 5, Window: 15 * time.Minute}).
 					With(Rule{Action: ActionRegister, Scope: ScopeEmail, Limit: 5, Window: time.Hour})
-				l := NewLimiter(engine.newStore(b), testSecret, rules, nil)
+				l := mustLimiter(b, engine.newStore(b), rules, nil)
 				var n uint32
 				b.ReportAllocs()
 				for b.Loop() {

@@ -34,7 +34,7 @@ func ExampleLimiter_Refund() {
 	}
 	tables := db.NewTables(engine, &db.TablesConfig{Logger: quiet})
 	defer tables.Close()
-	if err := tables.MigrateTables(ctx); err != nil {
+	if err := tables.MigrateTables(ctx, &db.MigrateOpts{Parts: []db.Part{db.PartLimiter}}); err != nil {
 		panic(err)
 	}
 
@@ -43,7 +43,10 @@ func ExampleLimiter_Refund() {
 		panic(err)
 	}
 	now := func() time.Time { return time.Date(2026, 3, 1, 10, 5, 0, 0, time.UTC) }
-	limiter := abuse.NewLimiter(tables, []byte("the app's secret of 32 bytes, at least"), rules, &abuse.LimiterConfig{NowFunc: now})
+	limiter, err := abuse.NewLimiter(tables, []byte("the app's secret of 32 bytes, at least"), rules, &abuse.LimiterConfig{NowFunc: now})
+	if err != nil {
+		panic(err)
+	}
 
 	// attempt logs in from ip with password, carrying device (the client's token, or ""), and
 	// returns the device a success issued.

@@ -12,16 +12,15 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/postguard/postguard/db"
+	"github.com/postguard/postguard/tokens"
 )
 
 // DefaultDenyCacheSize is the number of refused (key, window) pairs a Limiter remembers when
 // LimiterConfig.DenyCacheSize is 0.
 const DefaultDenyCacheSize = 10_000
 
-// Consumer is the counter store a Limiter counts in; db.Store and db.Tables implement it.
+// Consumer is the counter store a Limiter counts in; db.Tables implement it.
 // RateLimitCounterConsumeChain spends one request of each of a request's windows in order, in one
 // round trip, each in one atomic statement and only while the ones before it admitted (a window
 // at its limit refuses and counts nothing), and reads a user by email with them when asked;
@@ -101,12 +100,39 @@ type LimiterConfig struct {
 	// shortening it shortens the tokens already issued.
 	DeviceTokenTTL time.Duration
 
-	// Registerer, when set, receives postguard_rate_limit_decisions_total{action,scope,outcome}
-	// (outcome "allowed" or "refused"; refusals answered by the cache count as refused) and
-	// postguard_rate_limit_device_tokens_total{action,outcome}, what the device tokens requests
-	// carried turned out to be (trusted, revoked, expired, forged, malformed). A collector
-	// already registered under either name (a second Limiter) is reused.
-	Registerer prometheus.Registerer
+	// Metrics, when set, counts each rule's decisions of Allow (refusals answered by the cache
+	// count as refused; Peek counts nothing), and what the trusted-device tokens requests carried
+	// turned out to be. nil counts none. abuseprom.Register counts them in Prometheus, as
+	// postguard_rate_limit_decisions_total{action,scope,outcome} and
+	// postguard_rate_limit_device_tokens_total{action,outcome}.
+	Metrics Metrics
+}
+
+// Metrics counts a Limiter's decisions, in whichever metrics system the caller uses. NewLimiter
+// asks for every counter it will count on once, so that each series may exist, at zero, before
+// its first request; the Limiter then counts on them.
+type Metrics interface {
+	// Counters returns the counters of the allowed and the refused requests of action's rule of
+	// scope.
+	Counters(action Action, scope Scope) (allowed, refused Counter)
+	// DeviceCounter returns the counter of the trusted-device tokens that requests of action
+	// carried and that turned out to be outcome: "trusted", "revoked", "expired", "forged" or
+	// "malformed" (DeviceOutcomes). It is asked for the actions that have a key rule.
+	DeviceCounter(action Action, outcome string) Counter
+}
+
+// DeviceOutcomes are the outcomes of a trusted-device token, Metrics.DeviceCounter's.
+func DeviceOutcomes() []string {
+	outcomes := make([]string, len(deviceOutcomes))
+	for i, outcome := range deviceOutcomes {
+		outcomes[i] = string(outcome)
+	}
+	return outcomes
+}
+
+// Counter is one count that only goes up; a prometheus.Counter is one.
+type Counter interface {
+	Inc()
 }
 
 // Limiter enforces Rules with fixed-window counters in the database, shared by every process
@@ -120,8 +146,9 @@ type Limiter struct {
 	denied    *denyCache // nil when disabled
 	actions   map[Action]actionRules
 	rules     Rules
-	// deviceOutcomes counts the device tokens requests carried; nil without a Registerer.
-	deviceOutcomes *prometheus.CounterVec
+	// deviceCounters count the device tokens requests carried, by action and outcome; empty
+	// without LimiterConfig.Metrics.
+	deviceCounters map[Action]map[deviceOutcome]Counter
 }
 
 // actionRules are the rules of one action in the order they are checked (scopeOrder), each with
@@ -130,24 +157,25 @@ type actionRules []*limiterRule
 
 type limiterRule struct {
 	Rule
-	allowed, refused prometheus.Counter // nil without a Registerer
+	allowed, refused Counter // nil without LimiterConfig.Metrics
 	// cached says refusals of the rule go to the deny cache: built-in actions only (see
 	// LimiterConfig.DenyCacheSize).
 	cached bool
 }
 
-// NewLimiter returns a Limiter that counts through store, keys counters with secret (APP_SECRET)
-// and enforces rules. It panics when store is nil, secret is empty or a rule is invalid
-// (Rules.Validate): those are wiring mistakes, caught by the config loader before this runs.
-func NewLimiter(store Consumer, secret []byte, rules Rules, config *LimiterConfig) *Limiter {
+// NewLimiter returns a Limiter that counts through store, keys counters with secret (APP_SECRET,
+// at least tokens.MinSecretLen bytes: a short key makes the counters' HMACs of IPs and emails
+// guessable) and enforces rules. It returns an error for a nil store, a secret too short
+// (wrapping tokens.ErrWeakSecret) or an invalid rule (Rules.Validate).
+func NewLimiter(store Consumer, secret []byte, rules Rules, config *LimiterConfig) (*Limiter, error) {
 	if store == nil {
-		panic("abuse.NewLimiter: nil store")
+		return nil, errors.New("abuse.NewLimiter: nil store")
 	}
-	if len(secret) == 0 {
-		panic("abuse.NewLimiter: empty secret (rate-limit keys would be unkeyed hashes of IPs and emails)")
+	if err := tokens.CheckSecret(secret); err != nil {
+		return nil, fmt.Errorf("abuse.NewLimiter: %w", err)
 	}
 	if err := rules.Validate(); err != nil {
-		panic("abuse.NewLimiter: " + err.Error())
+		return nil, fmt.Errorf("abuse.NewLimiter: %w", err)
 	}
 	if config == nil {
 		config = &LimiterConfig{}
@@ -161,6 +189,8 @@ func NewLimiter(store Consumer, secret []byte, rules Rules, config *LimiterConfi
 		now:       config.NowFunc,
 		actions:   make(map[Action]actionRules),
 		rules:     rules,
+
+		deviceCounters: make(map[Action]map[deviceOutcome]Counter),
 	}
 	if l.now == nil {
 		l.now = time.Now
@@ -172,38 +202,28 @@ func NewLimiter(store Consumer, secret []byte, rules Rules, config *LimiterConfi
 		l.denied = newDenyCache(config.DenyCacheSize)
 	}
 
-	var decisions *prometheus.CounterVec
-	if config.Registerer != nil {
-		decisions = registerCounterVec(config.Registerer, prometheus.CounterOpts{
-			Name: "postguard_rate_limit_decisions_total",
-			Help: "Rate-limit checks by action, scope and outcome (allowed or refused).",
-		}, "action", "scope", "outcome")
-		l.deviceOutcomes = registerCounterVec(config.Registerer, prometheus.CounterOpts{
-			Name: "postguard_rate_limit_device_tokens_total",
-			Help: "Trusted-device tokens that requests carried, by action and outcome (trusted, revoked, expired, forged, malformed).",
-		}, "action", "outcome")
-	}
 	for _, scope := range scopeOrder {
 		for _, rule := range rules.All() {
 			if rule.Scope != scope {
 				continue
 			}
 			lr := &limiterRule{Rule: rule, cached: rule.Action.BuiltIn()}
-			if decisions != nil {
-				// Resolving the series now makes them exist at 0 before the first request, so
+			if config.Metrics != nil {
+				// Resolving the counters now lets them exist at 0 before the first request, so
 				// dashboards and rate() see every rule from the start.
-				lr.allowed = decisions.WithLabelValues(string(rule.Action), string(rule.Scope), "allowed")
-				lr.refused = decisions.WithLabelValues(string(rule.Action), string(rule.Scope), "refused")
+				lr.allowed, lr.refused = config.Metrics.Counters(rule.Action, rule.Scope)
 			}
 			l.actions[rule.Action] = append(l.actions[rule.Action], lr)
-			if l.deviceOutcomes != nil && scope == ScopeKey {
+			if config.Metrics != nil && scope == ScopeKey {
+				counters := make(map[deviceOutcome]Counter, len(deviceOutcomes))
 				for _, outcome := range deviceOutcomes {
-					l.deviceOutcomes.WithLabelValues(string(rule.Action), string(outcome))
+					counters[outcome] = config.Metrics.DeviceCounter(rule.Action, string(outcome))
 				}
+				l.deviceCounters[rule.Action] = counters
 			}
 		}
 	}
-	return l
+	return l, nil
 }
 
 // Rules returns the rules the Limiter enforces, so that a caller can check at start that the
@@ -223,22 +243,6 @@ func (l *Limiter) Scopes(action Action) []Scope {
 // DeviceTokenTTL is how long a trusted-device token stands after IssueDevice: the Max-Age of a
 // device cookie.
 func (l *Limiter) DeviceTokenTTL() time.Duration { return l.deviceTTL }
-
-// registerCounterVec registers a counter vector on reg, or returns the one already registered
-// under its name.
-func registerCounterVec(reg prometheus.Registerer, opts prometheus.CounterOpts, labels ...string) *prometheus.CounterVec {
-	vec := prometheus.NewCounterVec(opts, labels)
-	if err := reg.Register(vec); err != nil {
-		var already prometheus.AlreadyRegisteredError
-		if errors.As(err, &already) {
-			if existing, ok := already.ExistingCollector.(*prometheus.CounterVec); ok {
-				return existing
-			}
-		}
-		panic("abuse.NewLimiter: error registering metrics: " + err.Error())
-	}
-	return vec
-}
 
 // Decision is the answer of Limiter.Allow: when refused, the rule that refused; when allowed,
 // the checked rule with the fewest requests remaining (on a tie, the one resetting later).
@@ -618,9 +622,7 @@ func (l *Limiter) countDevice(action Action, device *db.RateLimitDeviceParams, t
 }
 
 func (l *Limiter) countOutcome(action Action, outcome deviceOutcome) {
-	if l.deviceOutcomes != nil {
-		l.deviceOutcomes.WithLabelValues(string(action), string(outcome)).Inc()
-	}
+	observe(l.deviceCounters[action][outcome])
 }
 
 // denyCacheOf is the deny cache rule's refusals go to: nil when the cache is disabled, or for a
@@ -632,7 +634,7 @@ func (l *Limiter) denyCacheOf(rule *limiterRule) *denyCache {
 	return l.denied
 }
 
-func observe(c prometheus.Counter) {
+func observe(c Counter) {
 	if c != nil {
 		c.Inc()
 	}

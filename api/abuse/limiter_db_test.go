@@ -10,11 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/postguard/postguard/db"
-	"github.com/postguard/postguard/db/dbtest"
+	"github.com/postguard/postguard/internal/dbtest"
 )
 
 // counterRow is one row of rate_limit_counters, times in Unix microseconds, plus every column
@@ -99,7 +98,7 @@ func TestLimiter_AllowStore(t *testing.T) {
 				config = &LimiterConfig{}
 			}
 			config.NowFunc = bundle.clock.Now
-			return NewLimiter(bundle.store, testSecret, DefaultRules(), config), bundle
+			return mustLimiter(t, bundle.store, DefaultRules(), config), bundle
 		}
 
 		t.Run("ConcurrentOneIP", func(t *testing.T) {
@@ -152,7 +151,7 @@ func TestLimiter_AllowStore(t *testing.T) {
 				With(Rule{Action: "login", Scope: ScopeIP, Limit: 100, Window: 15 * time.Minute}).
 				With(Rule{Action: "login", Scope: ScopeKey, Limit: 3, Window: 15 * time.Minute})
 			clock := &stubClock{now: windowBase.Add(90 * time.Second)}
-			l := NewLimiter(store, testSecret, rules, &LimiterConfig{NowFunc: clock.Now})
+			l := mustLimiter(t, store, rules, &LimiterConfig{NowFunc: clock.Now})
 
 			var (
 				allowed, refused int
@@ -196,9 +195,9 @@ func TestLimiter_AllowStore(t *testing.T) {
 
 			store := newStore(t)
 			clock := &stubClock{now: windowBase.Add(90 * time.Second)}
-			l := NewLimiter(store, testSecret, loginRules(), &LimiterConfig{NowFunc: clock.Now})
+			l := mustLimiter(t, store, loginRules(), &LimiterConfig{NowFunc: clock.Now})
 			// Another process on the same database: its view follows the clear at once.
-			other := NewLimiter(store, testSecret, loginRules(), &LimiterConfig{NowFunc: clock.Now})
+			other := mustLimiter(t, store, loginRules(), &LimiterConfig{NowFunc: clock.Now})
 			ctx := context.Background()
 			subject := Subject{IP: clientIP, Key: "account-42"}
 
@@ -306,7 +305,7 @@ func TestLimiter_AllowStore(t *testing.T) {
 			store := newStore(t)
 			counting := &countingConsumer{Consumer: store}
 			clock := &stubClock{now: windowBase}
-			l := NewLimiter(counting, testSecret, DefaultRules(), &LimiterConfig{NowFunc: clock.Now})
+			l := mustLimiter(t, counting, DefaultRules(), &LimiterConfig{NowFunc: clock.Now})
 			ctx := context.Background()
 
 			for i := range 7 {
@@ -338,7 +337,7 @@ func TestLimiter_AllowStore(t *testing.T) {
 
 			// Two limiters on one store are two API processes: one spends, the other peeks.
 			l, bundle := setup(t, nil)
-			other := NewLimiter(bundle.store, testSecret, DefaultRules(), &LimiterConfig{NowFunc: bundle.clock.Now})
+			other := mustLimiter(t, bundle.store, DefaultRules(), &LimiterConfig{NowFunc: bundle.clock.Now})
 			ctx := context.Background()
 
 			for i := range 5 {
@@ -371,7 +370,7 @@ func TestLimiter_AllowStore(t *testing.T) {
 			_, err = l.Allow(ctx, ActionRegister, Subject{IP: ipv6, Email: "bob.smith@example.org"})
 			require.NoError(t, err)
 
-			custom := NewLimiter(bundle.store, testSecret, loginRules(), &LimiterConfig{NowFunc: bundle.clock.Now})
+			custom := mustLimiter(t, bundle.store, loginRules(), &LimiterConfig{NowFunc: bundle.clock.Now})
 			_, err = custom.Allow(ctx, "login", Subject{IP: clientIP, Email: "carol@example.net", Key: "account-secret-42"})
 			require.NoError(t, err)
 
@@ -407,7 +406,7 @@ func TestLimiter_RefundStore(t *testing.T) {
 			store := newStore(t)
 			counting := &countingConsumer{Consumer: store}
 			clock := &stubClock{now: windowBase.Add(-time.Minute)}
-			l := NewLimiter(counting, testSecret, loginRules(), &LimiterConfig{NowFunc: clock.Now})
+			l := mustLimiter(t, counting, loginRules(), &LimiterConfig{NowFunc: clock.Now})
 			ctx := context.Background()
 			keys := newKeyer(testSecret)
 			ip := keys.key("login", ScopeIP, "198.51.100.7")
@@ -466,7 +465,7 @@ func TestLimiter_RefundStore(t *testing.T) {
 
 			store := newStore(t)
 			clock := &stubClock{now: windowBase}
-			l := NewLimiter(store, testSecret, DefaultRules(), &LimiterConfig{NowFunc: clock.Now})
+			l := mustLimiter(t, store, DefaultRules(), &LimiterConfig{NowFunc: clock.Now})
 			ctx := context.Background()
 			for range 5 {
 				_, err := l.Allow(ctx, ActionRegister, Subject{IP: clientIP})
@@ -499,14 +498,14 @@ func TestLimiter_DevicesStore(t *testing.T) {
 	dbtest.Engines(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
 		const ttl = 24 * time.Hour
 		type testBundle struct {
-			clock    *stubClock
-			store    *dbtest.Store
-			registry *prometheus.Registry
+			clock   *stubClock
+			store   *dbtest.Store
+			metrics *testMetrics
 		}
 		setup := func(t *testing.T) (*Limiter, *testBundle) {
 			t.Helper()
-			bundle := &testBundle{clock: &stubClock{now: windowBase.Add(90 * time.Second)}, store: newStore(t), registry: prometheus.NewRegistry()}
-			return NewLimiter(bundle.store, testSecret, loginRules(), &LimiterConfig{NowFunc: bundle.clock.Now, DeviceTokenTTL: ttl, Registerer: bundle.registry}), bundle
+			bundle := &testBundle{clock: &stubClock{now: windowBase.Add(90 * time.Second)}, store: newStore(t), metrics: newTestMetrics()}
+			return mustLimiter(t, bundle.store, loginRules(), &LimiterConfig{NowFunc: bundle.clock.Now, DeviceTokenTTL: ttl, Metrics: bundle.metrics}), bundle
 		}
 		ctx := context.Background()
 		owner := Subject{IP: clientIP, Key: "account-42"}
@@ -571,7 +570,7 @@ func TestLimiter_DevicesStore(t *testing.T) {
 			rows := counterRows(t, bundle.store)
 			require.Equal(t, int64(3), findCounter(rows, keys.key("login", ScopeKey, "account-42")).Count)
 			require.Len(t, rows, 3+1+1+1, "three attackers' IPs, the owner's IP, the account, the device")
-			requireDeviceOutcomes(t, bundle.registry, map[deviceOutcome]float64{deviceTrusted: 3*2 + 1 + 1 + 1 + 5 + 1 + 1})
+			requireDeviceOutcomes(t, bundle.metrics, map[deviceOutcome]float64{deviceTrusted: 3*2 + 1 + 1 + 1 + 5 + 1 + 1})
 		})
 
 		t.Run("BadTokensAreNoToken", func(t *testing.T) {
@@ -582,10 +581,11 @@ func TestLimiter_DevicesStore(t *testing.T) {
 			require.NoError(t, err)
 			otherAccount, err := l.IssueDevice(ctx, "login", "account-7")
 			require.NoError(t, err)
-			otherAction := NewLimiter(bundle.store, testSecret, loginRules().With(Rule{Action: "signin", Scope: ScopeKey, Limit: 3, Window: time.Hour}), &LimiterConfig{NowFunc: bundle.clock.Now})
+			otherAction := mustLimiter(t, bundle.store, loginRules().With(Rule{Action: "signin", Scope: ScopeKey, Limit: 3, Window: time.Hour}), &LimiterConfig{NowFunc: bundle.clock.Now})
 			signin, err := otherAction.IssueDevice(ctx, "signin", "account-42")
 			require.NoError(t, err)
-			otherSecret := NewLimiter(bundle.store, []byte("another secret, 32 bytes or more!"), loginRules(), &LimiterConfig{NowFunc: bundle.clock.Now})
+			otherSecret, err := NewLimiter(bundle.store, []byte("another secret, 32 bytes or more!"), loginRules(), &LimiterConfig{NowFunc: bundle.clock.Now})
+			require.NoError(t, err)
 			foreign, err := otherSecret.IssueDevice(ctx, "login", "account-42")
 			require.NoError(t, err)
 			lock(t, l)
@@ -617,7 +617,7 @@ func TestLimiter_DevicesStore(t *testing.T) {
 			}
 
 			// Revoked, in another process: at once.
-			other := NewLimiter(bundle.store, testSecret, loginRules(), &LimiterConfig{NowFunc: bundle.clock.Now})
+			other := mustLimiter(t, bundle.store, loginRules(), &LimiterConfig{NowFunc: bundle.clock.Now})
 			require.True(t, mustPeek(t, l, Subject{IP: clientIP, Key: "account-42", Device: good}).Allowed)
 			require.NoError(t, other.RevokeDevices(ctx, "login", "account-42"))
 			requireAsNone("Revoked", good)
@@ -639,7 +639,7 @@ func TestLimiter_DevicesStore(t *testing.T) {
 			key, _ = mustPeek(t, l, Subject{IP: clientIP2, Key: "account-7"}).Of(ScopeKey)
 			require.Equal(t, int64(2), key.Remaining, "counted in the account's bucket")
 
-			requireDeviceOutcomes(t, bundle.registry, map[deviceOutcome]float64{
+			requireDeviceOutcomes(t, bundle.metrics, map[deviceOutcome]float64{
 				deviceMalformed: 2, deviceForged: 2*4 + 1, deviceRevoked: 2, deviceTrusted: 2, deviceExpired: 2,
 			})
 		})
@@ -685,26 +685,10 @@ func alterMAC(t *testing.T, token string) string {
 
 // requireDeviceOutcomes checks postguard_rate_limit_device_tokens_total of login: want's
 // outcomes, 0 for the others.
-func requireDeviceOutcomes(t *testing.T, registry *prometheus.Registry, want map[deviceOutcome]float64) {
+func requireDeviceOutcomes(t *testing.T, metrics *testMetrics, want map[deviceOutcome]float64) {
 	t.Helper()
-	families, err := registry.Gather()
-	require.NoError(t, err)
-	got := map[deviceOutcome]float64{}
-	for _, family := range families {
-		if family.GetName() != "postguard_rate_limit_device_tokens_total" {
-			continue
-		}
-		for _, metric := range family.GetMetric() {
-			labels := map[string]string{}
-			for _, label := range metric.GetLabel() {
-				labels[label.GetName()] = label.GetValue()
-			}
-			if labels["action"] == "login" {
-				got[deviceOutcome(labels["outcome"])] = metric.GetCounter().GetValue()
-			}
-		}
-	}
+
 	for _, outcome := range deviceOutcomes {
-		require.Equal(t, want[outcome], got[outcome], "outcome %s", outcome)
+		require.InDelta(t, want[outcome], float64(metrics.count(t, "login", "device", string(outcome))), 0, "outcome %s", outcome)
 	}
 }

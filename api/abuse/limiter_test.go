@@ -11,13 +11,68 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/postguard/postguard/db"
+	"github.com/postguard/postguard/tokens"
 )
 
 var testSecret = []byte("test secret: 32 bytes or more....")
+
+// mustLimiter is NewLimiter with testSecret, failing tb on an error.
+func mustLimiter(tb testing.TB, store Consumer, rules Rules, config *LimiterConfig) *Limiter {
+	tb.Helper()
+	l, err := NewLimiter(store, testSecret, rules, config)
+	require.NoError(tb, err)
+	return l
+}
+
+// testMetrics are Metrics in memory: each rule's counts by outcome, and which rules' counters
+// NewLimiter asked for.
+type testMetrics struct {
+	mu     sync.Mutex
+	counts map[string]*testCounter
+}
+
+type testCounter struct{ n atomic.Int64 }
+
+func (c *testCounter) Inc() { c.n.Add(1) }
+
+func newTestMetrics() *testMetrics { return &testMetrics{counts: map[string]*testCounter{}} }
+
+func (m *testMetrics) Counters(action Action, scope Scope) (allowed, refused Counter) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	counter := func(outcome string) *testCounter {
+		key := string(action) + "/" + string(scope) + "/" + outcome
+		if m.counts[key] == nil {
+			m.counts[key] = &testCounter{}
+		}
+		return m.counts[key]
+	}
+	return counter("allowed"), counter("refused")
+}
+
+func (m *testMetrics) DeviceCounter(action Action, outcome string) Counter {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	key := string(action) + "/device/" + outcome
+	if m.counts[key] == nil {
+		m.counts[key] = &testCounter{}
+	}
+	return m.counts[key]
+}
+
+// count is the count of one rule (scope "device": of the device tokens) and outcome; it fails t for a rule whose counters NewLimiter
+// never asked for.
+func (m *testMetrics) count(t *testing.T, action, scope, outcome string) int64 {
+	t.Helper()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c, ok := m.counts[action+"/"+scope+"/"+outcome]
+	require.True(t, ok, "no counter of action=%s scope=%s outcome=%s", action, scope, outcome)
+	return c.n.Load()
+}
 
 // memConsumer is the counter statement's semantics in memory (insert at 1, or increment while
 // below the limit), for the pure tests of window math and decisions. The same behaviours run
@@ -194,7 +249,7 @@ func TestLimiter_Allow(t *testing.T) {
 	type testBundle struct {
 		clock    *stubClock
 		consumer *memConsumer
-		registry *prometheus.Registry
+		metrics  *testMetrics
 	}
 
 	setup := func(t *testing.T, config *LimiterConfig) (*Limiter, *testBundle) {
@@ -203,14 +258,14 @@ func TestLimiter_Allow(t *testing.T) {
 		bundle := &testBundle{
 			clock:    &stubClock{now: windowBase},
 			consumer: newMemConsumer(),
-			registry: prometheus.NewRegistry(),
+			metrics:  newTestMetrics(),
 		}
 		if config == nil {
 			config = &LimiterConfig{}
 		}
 		config.NowFunc = bundle.clock.Now
-		config.Registerer = bundle.registry
-		return NewLimiter(bundle.consumer, testSecret, DefaultRules(), config), bundle
+		config.Metrics = bundle.metrics
+		return mustLimiter(t, bundle.consumer, DefaultRules(), config), bundle
 	}
 
 	ctx := context.Background()
@@ -538,20 +593,11 @@ func TestLimiter_Allow(t *testing.T) {
 		}
 		allow(t, l, ActionForgotPassword, clientIP, "alice@example.com")
 
-		vec := func(action, scope, outcome string) float64 {
-			return decisionsCount(t, bundle.registry, action, scope, outcome)
-		}
-		require.InDelta(t, 5, vec("register", "ip", "allowed"), 0)
-		require.InDelta(t, 2, vec("register", "ip", "refused"), 0)
-		require.InDelta(t, 1, vec("forgot_password", "ip", "allowed"), 0)
-		require.InDelta(t, 1, vec("forgot_password", "email", "allowed"), 0)
-		require.InDelta(t, 0, vec("resend_verification", "email", "refused"), 0, "series exist at zero")
-
-		// A second limiter on the same registry shares the collector rather than panicking.
-		l2 := NewLimiter(bundle.consumer, testSecret, DefaultRules(), &LimiterConfig{Registerer: bundle.registry, NowFunc: bundle.clock.Now})
-		_, err := l2.Allow(ctx, ActionRegister, Subject{IP: clientIP2})
-		require.NoError(t, err)
-		require.InDelta(t, 6, vec("register", "ip", "allowed"), 0)
+		require.Equal(t, int64(5), bundle.metrics.count(t, "register", "ip", "allowed"))
+		require.Equal(t, int64(2), bundle.metrics.count(t, "register", "ip", "refused"))
+		require.Equal(t, int64(1), bundle.metrics.count(t, "forgot_password", "ip", "allowed"))
+		require.Equal(t, int64(1), bundle.metrics.count(t, "forgot_password", "email", "allowed"))
+		require.Zero(t, bundle.metrics.count(t, "resend_verification", "email", "refused"), "every rule's counters exist from the start")
 	})
 }
 
@@ -561,7 +607,7 @@ func TestLimiter_Peek(t *testing.T) {
 	type testBundle struct {
 		clock    *stubClock
 		consumer *memConsumer
-		registry *prometheus.Registry
+		metrics  *testMetrics
 	}
 
 	setup := func(t *testing.T, config *LimiterConfig) (*Limiter, *testBundle) {
@@ -570,14 +616,14 @@ func TestLimiter_Peek(t *testing.T) {
 		bundle := &testBundle{
 			clock:    &stubClock{now: windowBase.Add(time.Minute)},
 			consumer: newMemConsumer(),
-			registry: prometheus.NewRegistry(),
+			metrics:  newTestMetrics(),
 		}
 		if config == nil {
 			config = &LimiterConfig{}
 		}
 		config.NowFunc = bundle.clock.Now
-		config.Registerer = bundle.registry
-		return NewLimiter(bundle.consumer, testSecret, DefaultRules(), config), bundle
+		config.Metrics = bundle.metrics
+		return mustLimiter(t, bundle.consumer, DefaultRules(), config), bundle
 	}
 
 	ctx := context.Background()
@@ -678,8 +724,8 @@ func TestLimiter_Peek(t *testing.T) {
 
 		peek(t, l, ActionRegister, clientIP, "alice@example.com")
 		for _, outcome := range []string{"allowed", "refused"} {
-			require.Zero(t, decisionsCount(t, bundle.registry, "register", "ip", outcome))
-			require.Zero(t, decisionsCount(t, bundle.registry, "register", "email", outcome))
+			require.Zero(t, bundle.metrics.count(t, "register", "ip", outcome))
+			require.Zero(t, bundle.metrics.count(t, "register", "email", outcome))
 		}
 	})
 
@@ -697,31 +743,6 @@ func TestLimiter_Peek(t *testing.T) {
 		require.ErrorIs(t, err, bundle.consumer.err)
 		require.ErrorContains(t, err, "error reading rate limits of register")
 	})
-}
-
-// decisionsCount reads one series of postguard_rate_limit_decisions_total from a registry.
-// (prometheus/testutil would pull a module go.mod does not list.)
-func decisionsCount(t *testing.T, reg *prometheus.Registry, action, scope, outcome string) float64 {
-	t.Helper()
-
-	families, err := reg.Gather()
-	require.NoError(t, err)
-	for _, family := range families {
-		if family.GetName() != "postguard_rate_limit_decisions_total" {
-			continue
-		}
-		for _, metric := range family.GetMetric() {
-			labels := map[string]string{}
-			for _, lp := range metric.GetLabel() {
-				labels[lp.GetName()] = lp.GetValue()
-			}
-			if labels["action"] == action && labels["scope"] == scope && labels["outcome"] == outcome {
-				return metric.GetCounter().GetValue()
-			}
-		}
-	}
-	t.Fatalf("no series action=%s scope=%s outcome=%s", action, scope, outcome)
-	return 0
 }
 
 // loginRules are a host app's login limits: per IP (password spraying), per email (the address
@@ -745,7 +766,7 @@ func TestLimiter_CustomAction(t *testing.T) {
 		t.Helper()
 
 		bundle := &testBundle{clock: &stubClock{now: windowBase}, consumer: newMemConsumer()}
-		return NewLimiter(bundle.consumer, testSecret, loginRules(), &LimiterConfig{NowFunc: bundle.clock.Now}), bundle
+		return mustLimiter(t, bundle.consumer, loginRules(), &LimiterConfig{NowFunc: bundle.clock.Now}), bundle
 	}
 
 	ctx := context.Background()
@@ -866,7 +887,7 @@ func TestLimiter_Clear(t *testing.T) {
 		t.Helper()
 
 		bundle := &testBundle{clock: &stubClock{now: windowBase.Add(time.Minute)}, consumer: newMemConsumer()}
-		return NewLimiter(bundle.consumer, testSecret, loginRules(), &LimiterConfig{NowFunc: bundle.clock.Now}), bundle
+		return mustLimiter(t, bundle.consumer, loginRules(), &LimiterConfig{NowFunc: bundle.clock.Now}), bundle
 	}
 
 	ctx := context.Background()
@@ -980,21 +1001,28 @@ func TestLimiter_Rules(t *testing.T) {
 	t.Parallel()
 
 	rules := DefaultRules().With(Rule{Action: ActionRegister, Scope: ScopeIP, Limit: 9, Window: time.Hour})
-	require.Equal(t, rules.All(), NewLimiter(newMemConsumer(), testSecret, rules, nil).Rules().All())
+	require.Equal(t, rules.All(), mustLimiter(t, newMemConsumer(), rules, nil).Rules().All())
 }
 
-func TestNewLimiter_Panics(t *testing.T) {
+func TestNewLimiter(t *testing.T) {
 	t.Parallel()
 
 	consumer := newMemConsumer()
-	require.PanicsWithValue(t, "abuse.NewLimiter: nil store", func() {
-		NewLimiter(nil, testSecret, DefaultRules(), nil)
-	})
-	require.Panics(t, func() { NewLimiter(consumer, nil, DefaultRules(), nil) })
-	require.Panics(t, func() {
-		NewLimiter(consumer, testSecret, DefaultRules().With(Rule{Action: ActionRegister, Scope: ScopeIP, Limit: 0, Window: time.Minute}), nil)
-	})
-	require.NotPanics(t, func() { NewLimiter(consumer, testSecret, DefaultRules(), nil) })
+	_, err := NewLimiter(nil, testSecret, DefaultRules(), nil)
+	require.EqualError(t, err, "abuse.NewLimiter: nil store")
+
+	for _, secret := range [][]byte{nil, {}, []byte("abc"), testSecret[:tokens.MinSecretLen-1]} {
+		_, err := NewLimiter(consumer, secret, DefaultRules(), nil)
+		require.ErrorIs(t, err, tokens.ErrWeakSecret, "a %d-byte secret", len(secret))
+		require.ErrorContains(t, err, fmt.Sprintf("%d bytes, it must be at least 32", len(secret)))
+	}
+
+	_, err = NewLimiter(consumer, testSecret, DefaultRules().With(Rule{Action: ActionRegister, Scope: ScopeIP, Limit: 0, Window: time.Minute}), nil)
+	require.ErrorContains(t, err, "abuse.NewLimiter: ")
+
+	l, err := NewLimiter(consumer, testSecret[:tokens.MinSecretLen], DefaultRules(), nil)
+	require.NoError(t, err)
+	require.NotNil(t, l)
 }
 
 func TestDenyCache(t *testing.T) {

@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/postguard/postguard/cmd/internal/service"
-	"github.com/postguard/postguard/db"
+	"github.com/postguard/postguard/internal/riverstore"
 )
 
 const (
@@ -92,7 +92,7 @@ func (d *database) config() *service.Config {
 
 // open opens an insert-only store on the database, as `postguard migrate` does, for the run's own
 // statements (the ceiling, the users of the drain).
-func (d *database) open(ctx context.Context) (db.Store, error) {
+func (d *database) open(ctx context.Context) (riverstore.Store, error) {
 	store, err := service.OpenStore(ctx, d.config(), d.logger)
 	if err != nil {
 		return nil, fmt.Errorf("error opening the load database: %w", err)
@@ -124,7 +124,7 @@ func (d *database) drop(ctx context.Context, baseURL string) error {
 }
 
 // withSearchPath sets search_path to schema on every connection made from a postgres:// URL, as
-// a startup option (which pgx and libpq both read). Nothing else changes: unlike db/dbtest's
+// a startup option (which pgx and libpq both read). Nothing else changes: unlike internal/dbtest's
 // URLs, commits stay synchronous, as in production.
 func withSearchPath(databaseURL, schema string) (string, error) {
 	u, err := url.Parse(databaseURL)

@@ -14,6 +14,7 @@ import (
 	"github.com/postguard/postguard/api/abuse"
 	"github.com/postguard/postguard/cmd/internal/service"
 	"github.com/postguard/postguard/db"
+	"github.com/postguard/postguard/internal/riverstore"
 	"github.com/postguard/postguard/jobs"
 	"github.com/postguard/postguard/jobs/mail"
 	"github.com/postguard/postguard/jobs/mail/resendfake"
@@ -314,7 +315,7 @@ func (r *runner) drainPhase(ctx context.Context, d *database, phase *drainPhase)
 
 // insertDrainJobs creates phase.mails users directly through the store and inserts one
 // verification job for each, before any worker starts. It returns the jobs' ids.
-func (r *runner) insertDrainJobs(ctx context.Context, store db.Store, phase *drainPhase) (map[int64]bool, error) {
+func (r *runner) insertDrainJobs(ctx context.Context, store riverstore.Store, phase *drainPhase) (map[int64]bool, error) {
 	var (
 		mu       sync.Mutex
 		ids      = make(map[int64]bool, phase.mails)

@@ -6,11 +6,11 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/postguard/postguard/api"
+	"github.com/postguard/postguard/internal/uniform"
 )
 
 // The held scenarios (http-many-ips, redis/http-many-ips, sqlite/http-many-ips) post
-// forgot-password, whose every answer the service holds for at least api.UniformAnswerMin. A
+// forgot-password, whose every answer the service holds for at least uniform.AnswerMin. A
 // client that waits for its answers makes at most one request per hold, so N clients can never
 // measure more than N/hold requests a second: the tool sizes N from a measured bound on the rate,
 // with a margin, and flags a row that comes near N/hold anyway.
@@ -132,4 +132,4 @@ func fmtSeconds(d time.Duration) string {
 }
 
 // heldHold is the hold of the held scenarios: the service's own.
-const heldHold = api.UniformAnswerMin
+const heldHold = uniform.AnswerMin

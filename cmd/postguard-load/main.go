@@ -1,6 +1,6 @@
 // Command postguard-load measures postguard's throughput and the ratios between its paths. It
 // needs nothing but the service code and a database: it builds the service in-process the way
-// the postguard command does (cmd/internal/service: one db.Store on the chosen engine, the
+// the postguard command does (cmd/internal/service: one riverstore.Store on the chosen engine, the
 // router, the limiter and the workers) and drives it over real loopback HTTP with net/http
 // clients, so HTTP, Gin, the limiter and the store are all real.
 //

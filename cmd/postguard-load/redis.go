@@ -13,6 +13,7 @@ import (
 
 	"github.com/postguard/postguard/api"
 	"github.com/postguard/postguard/api/abuse"
+	"github.com/postguard/postguard/api/abuse/abuseprom"
 	"github.com/postguard/postguard/db"
 )
 
@@ -172,13 +173,20 @@ func (r *runner) redisManyIPs(ctx context.Context, d *database) error {
 	}
 	defer rdb.Close()
 
+	var limiterErr error
 	h, err := r.startHeld(ctx, d, rowRedis, &serviceOpts{
 		apiConfigFunc: func(config *api.Config) {
 			consumer := newRedisConsumer(rdb, config.Store)
-			config.Limiter = abuse.NewLimiter(consumer, config.Secret, config.Limiter.Rules(),
-				&abuse.LimiterConfig{Registerer: config.Registerer})
+			metrics, err := abuseprom.Register(config.Registerer)
+			if err == nil {
+				config.Limiter, err = abuse.NewLimiter(consumer, config.Secret, config.Limiter.Rules(), &abuse.LimiterConfig{Metrics: metrics})
+			}
+			limiterErr = err
 		},
 	})
+	if limiterErr != nil {
+		return fmt.Errorf("error building the redis_rate limiter: %w", limiterErr)
+	}
 	if err != nil {
 		return err
 	}

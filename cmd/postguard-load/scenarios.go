@@ -18,6 +18,7 @@ import (
 
 	"github.com/postguard/postguard/api/abuse"
 	"github.com/postguard/postguard/db"
+	"github.com/postguard/postguard/internal/riverstore"
 )
 
 const (
@@ -66,7 +67,7 @@ const (
 // a drift in the machine's load then weighs on all of them alike. The first half's pair rate is
 // the bound the held scenarios' clients are sized by (holdSizing). Its rows are added with the
 // interleaved scenarios' (see later).
-func (r *runner) ceiling(ctx context.Context, store db.Store) error {
+func (r *runner) ceiling(ctx context.Context, store riverstore.Store) error {
 	const window = 15 * time.Minute
 	start := time.Now().UTC().Truncate(window)
 	consume := func(ctx context.Context, key []byte) error {

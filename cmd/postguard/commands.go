@@ -44,7 +44,7 @@ func (c *migrateCommand) Run(ctx context.Context, env *commandEnv) error {
 	if err != nil {
 		return err
 	}
-	if _, err := fmt.Fprintf(env.Stdout, "postguard: %s schema is up to date (River's and the app's migrations)\n", cfg.Engine); err != nil {
+	if _, err := fmt.Fprintf(env.Stdout, "postguard: %s schema is up to date (River's migrations and postguard's)\n", cfg.Engine); err != nil {
 		return err
 	}
 	if checked {

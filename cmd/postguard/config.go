@@ -23,11 +23,12 @@ import (
 	"github.com/postguard/postguard/cmd/internal/service"
 	"github.com/postguard/postguard/jobs"
 	"github.com/postguard/postguard/jobs/mail"
+	"github.com/postguard/postguard/tokens"
 )
 
-// minSecretLen is the shortest APP_SECRET accepted: an HMAC key shorter than its hash's block of
-// entropy (32 bytes for SHA-256) weakens every token and rate-limit key derived from it.
-const minSecretLen = 32
+// minSecretLen is the shortest APP_SECRET accepted, the library's own rule (tokens.CheckSecret):
+// checked here first, so that it is named with every other bad variable at once.
+const minSecretLen = tokens.MinSecretLen
 
 // minAdminTokenLen is the shortest ADMIN_TOKEN accepted: a bearer token that nothing rate limits
 // must be too long to guess.

@@ -14,20 +14,21 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postguard/postguard/db"
-	"github.com/postguard/postguard/db/dbtest"
+	"github.com/postguard/postguard/internal/dbtest"
+	"github.com/postguard/postguard/internal/riverstore"
 	"github.com/postguard/postguard/jobs"
 	"github.com/postguard/postguard/jobs/mail/resendfake"
 )
 
 // openTestStore opens a store on databaseURL (a dbtest schema URL that a process under test
 // uses too) with an insert-only River client, closed when t ends.
-func openTestStore(t *testing.T, databaseURL string) db.Store {
+func openTestStore(t *testing.T, databaseURL string) riverstore.Store {
 	t.Helper()
 	return dbtest.OpenPostgres(t, databaseURL)
 }
 
 // waitJob polls job id until cond holds, and returns it.
-func waitJob(t *testing.T, store db.Store, id int64, within time.Duration, what string, cond func(job *rivertype.JobRow) bool) *rivertype.JobRow {
+func waitJob(t *testing.T, store riverstore.Store, id int64, within time.Duration, what string, cond func(job *rivertype.JobRow) bool) *rivertype.JobRow {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for {

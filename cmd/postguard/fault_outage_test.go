@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postguard/postguard/cmd/internal/service"
-	"github.com/postguard/postguard/db/dbtest"
+	"github.com/postguard/postguard/internal/dbtest"
 )
 
 // answer is what the outage tests read of an HTTP answer.

@@ -16,8 +16,8 @@ import (
 
 	"github.com/postguard/postguard/api"
 	"github.com/postguard/postguard/api/abuse"
-	"github.com/postguard/postguard/db"
-	"github.com/postguard/postguard/db/dbtest"
+	"github.com/postguard/postguard/internal/dbtest"
+	"github.com/postguard/postguard/internal/riverstore"
 	"github.com/postguard/postguard/jobs"
 	"github.com/postguard/postguard/jobs/mail"
 )
@@ -43,7 +43,7 @@ func TestServe_WorkerPanic(t *testing.T) {
 	logs := &syncBuffer{}
 	logger := newLogger(&config{LogFormat: "json"}, logs)
 
-	store := dbtest.NewPostgres(t, dbtest.WithRiverConfig(func(store db.Store) (*river.Config, error) {
+	store := dbtest.NewPostgres(t, dbtest.WithRiverConfig(func(store riverstore.Store) (*river.Config, error) {
 		return jobs.NewRiverConfig(
 			&jobs.Deps{Store: store, Jobs: store.Jobs(), Sender: panicSender{}, Logger: logger, Registerer: registry},
 			&jobs.Config{
@@ -60,9 +60,11 @@ func TestServe_WorkerPanic(t *testing.T) {
 		require.NoError(t, store.Jobs().Stop(stopCtx))
 	})
 
+	limiter, err := abuse.NewLimiter(store, secret, abuse.DefaultRules(), nil)
+	require.NoError(t, err)
 	router, err := api.New(&api.Config{
 		Store:      store,
-		Limiter:    abuse.NewLimiter(store, secret, abuse.DefaultRules(), nil),
+		Limiter:    limiter,
 		Secret:     secret,
 		Logger:     logger,
 		Registerer: registry,

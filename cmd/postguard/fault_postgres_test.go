@@ -17,7 +17,7 @@ import (
 
 	"github.com/postguard/postguard/api"
 	"github.com/postguard/postguard/cmd/internal/service"
-	"github.com/postguard/postguard/db/dbtest"
+	"github.com/postguard/postguard/internal/dbtest"
 )
 
 // startServerCommand is startServer for a command the test builds itself (to set its test

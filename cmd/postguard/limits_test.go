@@ -20,8 +20,8 @@ import (
 
 	"github.com/postguard/postguard/api"
 	"github.com/postguard/postguard/cmd/internal/service"
-	"github.com/postguard/postguard/db/dbtest"
 	"github.com/postguard/postguard/internal/bursttest"
+	"github.com/postguard/postguard/internal/dbtest"
 )
 
 // limitsTestToken is LIMITS_API_TOKEN in these tests.

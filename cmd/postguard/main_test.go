@@ -18,7 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postguard/postguard/cmd/internal/service"
-	"github.com/postguard/postguard/db/dbtest"
+	"github.com/postguard/postguard/internal/dbtest"
 )
 
 // syncBuffer is a bytes.Buffer safe for the server's goroutines to write while a test reads.

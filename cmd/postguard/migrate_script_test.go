@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postguard/postguard/cmd/internal/service"
-	"github.com/postguard/postguard/db/dbtest"
+	"github.com/postguard/postguard/internal/dbtest"
 )
 
 // opsMigrateScript is scripts/migrate.sh, from this package's directory.

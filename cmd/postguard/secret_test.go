@@ -16,8 +16,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postguard/postguard/cmd/internal/service"
-	"github.com/postguard/postguard/db/dbtest"
 	"github.com/postguard/postguard/db/sqlite"
+	"github.com/postguard/postguard/internal/dbtest"
 	"github.com/postguard/postguard/tokens"
 )
 

@@ -23,9 +23,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postguard/postguard/cmd/internal/service"
-	"github.com/postguard/postguard/db"
-	"github.com/postguard/postguard/db/dbtest"
 	"github.com/postguard/postguard/db/sqlite"
+	"github.com/postguard/postguard/internal/dbtest"
+	"github.com/postguard/postguard/internal/riverstore"
 	"github.com/postguard/postguard/jobs"
 	"github.com/postguard/postguard/jobs/mail/resendfake"
 )
@@ -39,7 +39,7 @@ type tokenEngine struct {
 	// recreate drops the database and makes it anew, empty, under the same name.
 	recreate func(t *testing.T)
 	// open opens the database (the server stopped), closed when t ends.
-	open func(t *testing.T) db.Store
+	open func(t *testing.T) riverstore.Store
 }
 
 func tokenEngines(t *testing.T, fn func(t *testing.T, engine *tokenEngine)) {
@@ -57,7 +57,7 @@ func tokenEngines(t *testing.T, fn func(t *testing.T, engine *tokenEngine)) {
 					require.NoError(t, os.RemoveAll(name))
 				}
 			},
-			open: func(t *testing.T) db.Store {
+			open: func(t *testing.T) riverstore.Store {
 				t.Helper()
 				return dbtest.OpenSQLite(t, path)
 			},
@@ -86,7 +86,7 @@ func tokenEngines(t *testing.T, fn func(t *testing.T, engine *tokenEngine)) {
 				require.NoError(t, err)
 				migrate(t)
 			},
-			open: func(t *testing.T) db.Store {
+			open: func(t *testing.T) riverstore.Store {
 				t.Helper()
 				return dbtest.OpenPostgres(t, schemaURL)
 			},
@@ -162,10 +162,10 @@ func derivedResetToken(secret []byte, jobID int64) string {
 }
 
 // resetJobs lists the password reset jobs of a database.
-func resetJobs(t *testing.T, store db.Store) []int64 {
+func resetJobs(t *testing.T, store riverstore.Store) []int64 {
 	t.Helper()
 	var ids []int64
-	require.NoError(t, store.InTx(t.Context(), func(ctx context.Context, tx db.Tx) error {
+	require.NoError(t, store.InTx(t.Context(), func(ctx context.Context, tx riverstore.Tx) error {
 		for id := int64(1); id <= 20; id++ {
 			message, err := tx.EmailMessageGetByJob(ctx, id)
 			if err == nil && message.Kind == (jobs.PasswordResetEmailArgs{}).Kind() {

@@ -70,7 +70,7 @@ func unavailable(err error) bool {
 // sessionLost says err ended the connection's session before the statement that got it could
 // have been answered: the server closed it (a FATAL error, such as 57P01 when the backend was
 // terminated), or the network did (reset, end of file). It says nothing of whether the server
-// ran what was sent; see retryOnce and Store.InTx for when that is known.
+// ran what was sent; see retryOnce and db.TransactTx for when that is known.
 func sessionLost(err error) bool {
 	var (
 		connectErr *pgconn.ConnectError

@@ -1,7 +1,8 @@
-// Package postgres is the PostgreSQL engine of db: a pgx pool with River's riverpgxv5 driver on
-// it, a second pool whose connections commit without waiting for their WAL flush (the rate
-// limiter's counters), and the app's sqlc queries (dbsqlc) over both, with their errors
-// converted to db's. db.NewStore builds the Store on it.
+// Package postgres is the PostgreSQL engine of db: a pgx pool, a second pool whose connections
+// commit without waiting for their WAL flush (the rate limiter's counters), and the app's sqlc
+// queries (dbsqlc) over both, with their errors converted to db's. db.NewTables builds
+// postguard's tables on it; River, when an app runs it, goes on the same pool (riverpgxv5 on
+// Pool), never through this package.
 package postgres
 
 import (
@@ -19,8 +20,6 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/database"
-	"github.com/riverqueue/river/riverdriver"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/postguard/postguard/db"
 	"github.com/postguard/postguard/db/postgres/dbsqlc"
@@ -179,9 +178,6 @@ func scanTimesInUTC(_ context.Context, conn *pgx.Conn) error {
 // Name implements db.Engine.
 func (e *Engine) Name() string { return "postgres" }
 
-// Driver implements db.Engine: riverpgxv5 on the main pool.
-func (e *Engine) Driver() riverdriver.Driver[pgx.Tx] { return riverpgxv5.New(e.pool) }
-
 // Begin implements db.Engine.
 func (e *Engine) Begin(ctx context.Context) (pgx.Tx, error) {
 	tx, err := e.pool.Begin(ctx)
@@ -227,10 +223,10 @@ func (e *Engine) GooseDB() (*sql.DB, goose.Dialect, func()) {
 	return sqlDB, goose.DialectPostgres, func() { sqlDB.Close() }
 }
 
-// GooseTableExists implements db.Engine, with the check goose itself runs, on the same
-// search_path.
-func (e *Engine) GooseTableExists(ctx context.Context, sqlDB *sql.DB) (bool, error) {
-	versionStore, err := database.NewStore(goose.DialectPostgres, goose.DefaultTablename)
+// TableExists implements db.Engine, with the check goose itself runs for its version table, on
+// the same search_path.
+func (e *Engine) TableExists(ctx context.Context, sqlDB *sql.DB, name string) (bool, error) {
+	versionStore, err := database.NewStore(goose.DialectPostgres, name)
 	if err != nil {
 		return false, fmt.Errorf("error creating goose store: %w", err)
 	}
@@ -285,7 +281,7 @@ func (e *Engine) Close() error {
 	return nil
 }
 
-// Pool is the engine's main pool (River's too).
+// Pool is the engine's main pool: River's too, in postguard's server (riverpgxv5.New(Pool())).
 func (e *Engine) Pool() *pgxpool.Pool { return e.pool }
 
 // RateLimitPool is the pool of the rate limiter's counters.

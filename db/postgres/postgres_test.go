@@ -12,9 +12,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postguard/postguard/db"
-	"github.com/postguard/postguard/db/dbtest"
 	"github.com/postguard/postguard/db/postgres"
 	"github.com/postguard/postguard/db/postgres/dbsqlc"
+	"github.com/postguard/postguard/internal/dbtest"
+	"github.com/postguard/postguard/internal/riverstore"
 )
 
 // Postgres-only behaviour; what both engines share is in db's conformance suite.
@@ -57,7 +58,7 @@ func TestStore_Migrate(t *testing.T) {
 			SELECT current_schema(), count(*)
 			FROM pg_tables
 			WHERE schemaname = current_schema()
-				AND tablename IN ('goose_db_version', 'river_job', 'river_migration', 'users')`,
+				AND tablename IN ('postguard_service_db_version', 'river_job', 'river_migration', 'users')`,
 		).Scan(&schema, &tables))
 		require.Regexp(t, `^pgtest_`, schema)
 		require.Equal(t, 4, tables)
@@ -225,7 +226,7 @@ func TestStore_InTx(t *testing.T) {
 		store := dbtest.OpenPostgres(t, database.URL)
 
 		var calls int
-		err := store.InTx(ctx, func(ctx context.Context, tx db.Tx) error {
+		err := store.InTx(ctx, func(ctx context.Context, tx riverstore.Tx) error {
 			calls++
 			if _, err := tx.UserInsert(ctx, &db.UserInsertParams{Email: "lost@example.com", PasswordHash: "x", Now: time.Now()}); err != nil {
 				return err
@@ -252,7 +253,7 @@ func TestStore_InTx(t *testing.T) {
 
 		store := dbtest.NewPostgres(t)
 		var calls int
-		err := store.InTx(t.Context(), func(ctx context.Context, tx db.Tx) error {
+		err := store.InTx(t.Context(), func(ctx context.Context, tx riverstore.Tx) error {
 			calls++
 			_, err := tx.UserGetByID(ctx, 424242)
 			return err

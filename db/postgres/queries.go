@@ -439,33 +439,57 @@ func (c *counters) RateLimitCounterConsume(ctx context.Context, params *db.RateL
 func (c *counters) RateLimitCounterConsumeChain(ctx context.Context, params *db.RateLimitCounterChainParams) (*db.RateLimitCounterChainResult, error) {
 	arg := chainArgs(params)
 	// Run again after a lost session, as RateLimitCounterConsume is.
-	row, err := retryOnce(ctx, true, func(ctx context.Context) (*dbsqlc.RateLimitCounterConsumeChainRow, error) {
-		return sqlc.RateLimitCounterConsumeChain(ctx, c.pool, arg)
+	result, err := retryOnce(ctx, true, func(ctx context.Context) (*db.RateLimitCounterChainResult, error) {
+		if params.UserEmail == "" {
+			row, err := sqlc.RateLimitCounterConsumeChain(ctx, c.pool, arg)
+			if err != nil {
+				return nil, err
+			}
+			return chainResult(params, row.DeviceTrusted, nil, row.Count1, row.Count2, row.Count3), nil
+		}
+		row, err := sqlc.RateLimitCounterConsumeChainUser(ctx, c.pool, dbsqlc.RateLimitCounterConsumeChainUserParams{
+			UserEmail: params.UserEmail,
+			KeyHash1:  arg.KeyHash1, WindowStart1: arg.WindowStart1, WindowEnd1: arg.WindowEnd1, LimitCount1: arg.LimitCount1,
+			KeyHash2: arg.KeyHash2, WindowStart2: arg.WindowStart2, WindowEnd2: arg.WindowEnd2, LimitCount2: arg.LimitCount2,
+			KeyHash3: arg.KeyHash3, WindowStart3: arg.WindowStart3, WindowEnd3: arg.WindowEnd3, LimitCount3: arg.LimitCount3,
+			DeviceKeyHash: arg.DeviceKeyHash, DeviceRevocationHash: arg.DeviceRevocationHash, DeviceSince: arg.DeviceSince, DeviceWindow: arg.DeviceWindow,
+		})
+		if err != nil {
+			return nil, err
+		}
+		var user *db.User
+		if row.UserID != nil {
+			user = &db.User{
+				ID:              *row.UserID,
+				Email:           *row.UserEmail,
+				Name:            *row.UserName,
+				PasswordHash:    *row.UserPasswordHash,
+				EmailVerifiedAt: row.UserEmailVerifiedAt,
+				UnsubscribedAt:  row.UserUnsubscribedAt,
+				CreatedAt:       *row.UserCreatedAt,
+				UpdatedAt:       *row.UserUpdatedAt,
+				Locale:          *row.UserLocale,
+			}
+		}
+		return chainResult(params, row.DeviceTrusted, user, row.Count1, row.Count2, row.Count3), nil
 	})
 	if err != nil {
 		return nil, wrap("consuming rate limit counters", err)
 	}
-	result := &db.RateLimitCounterChainResult{DeviceTrusted: row.DeviceTrusted}
-	for _, count := range []int64{row.Count1, row.Count2, row.Count3}[:len(params.Windows)] {
+	return result, nil
+}
+
+// chainResult is the result of a chain of params whose statement returned counts (0 for a window
+// that refused or was not spent), whether the device was trusted, and user.
+func chainResult(params *db.RateLimitCounterChainParams, deviceTrusted bool, user *db.User, counts ...int64) *db.RateLimitCounterChainResult {
+	result := &db.RateLimitCounterChainResult{DeviceTrusted: deviceTrusted, User: user}
+	for _, count := range counts[:len(params.Windows)] {
 		if count == 0 {
 			break
 		}
 		result.Counts = append(result.Counts, count)
 	}
-	if row.UserID != nil {
-		result.User = &db.User{
-			ID:              *row.UserID,
-			Email:           *row.UserEmail,
-			Name:            *row.UserName,
-			PasswordHash:    *row.UserPasswordHash,
-			EmailVerifiedAt: row.UserEmailVerifiedAt,
-			UnsubscribedAt:  row.UserUnsubscribedAt,
-			CreatedAt:       *row.UserCreatedAt,
-			UpdatedAt:       *row.UserUpdatedAt,
-			Locale:          *row.UserLocale,
-		}
-	}
-	return result, nil
+	return result
 }
 
 // chainArgs are the statement's arguments for params (1 to db.RateLimitChainMax windows, checked
@@ -477,9 +501,6 @@ func chainArgs(params *db.RateLimitCounterChainParams) dbsqlc.RateLimitCounterCo
 		KeyHash1: w[0].KeyHash, WindowStart1: w[0].WindowStart, WindowEnd1: w[0].WindowEnd, LimitCount1: w[0].LimitCount,
 		KeyHash2: w[1].KeyHash, WindowStart2: w[1].WindowStart, WindowEnd2: w[1].WindowEnd, LimitCount2: w[1].LimitCount,
 		KeyHash3: w[2].KeyHash, WindowStart3: w[2].WindowStart, WindowEnd3: w[2].WindowEnd, LimitCount3: w[2].LimitCount,
-	}
-	if params.UserEmail != "" {
-		arg.UserEmail = &params.UserEmail
 	}
 	device := deviceArgsOf(params.Device)
 	arg.DeviceKeyHash, arg.DeviceRevocationHash, arg.DeviceSince, arg.DeviceWindow = device.keyHash, device.revocationHash, device.since, int32(device.window) //nolint:gosec // 0 to db.RateLimitChainMax

@@ -32,7 +32,7 @@ const ConnectTimeoutDefault = 5 * time.Second
 //     other pooled connections are as dead as the first, whatever their idle time; the retry
 //     never lands on one.
 //   - A call that failed before sending anything (pgconn.SafeToRetry) runs again.
-//   - A transaction (Store.InTx) whose connection was lost before COMMIT was sent runs again
+//   - A transaction (db.TransactTx) whose connection was lost before COMMIT was sent runs again
 //     from BEGIN: PostgreSQL rolls back a transaction whose session ends before COMMIT.
 //   - A read, or a write that leaves the database as it found it when run twice (idempotent),
 //     runs again after its session was lost, whenever that happened. So does a rate-limit

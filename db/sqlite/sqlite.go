@@ -1,8 +1,9 @@
 // Package sqlite is the embedded engine of db: one SQLite file through modernc.org/sqlite (pure
-// Go), one *sql.DB with one connection shared by River's riversqlite driver and the app's sqlc
-// queries (dbsqlc), whose INTEGER unix-microsecond times and errors it converts to db's. It also
-// keeps the embedded default's generated APP_SECRET beside the file (AppSecret). db.NewStore
-// builds the Store on it.
+// Go), one *sql.DB with one connection for the app's sqlc queries (dbsqlc), whose INTEGER
+// unix-microsecond times and errors it converts to db's. It also keeps the embedded default's
+// generated APP_SECRET beside the file (AppSecret). db.NewTables builds postguard's tables on it;
+// River, when an app runs it, shares the one connection (riversqlite on DB), never through this
+// package.
 package sqlite
 
 import (
@@ -17,17 +18,15 @@ import (
 	"time"
 
 	"github.com/pressly/goose/v3"
-	"github.com/riverqueue/river/riverdriver"
-	"github.com/riverqueue/river/riverdriver/riversqlite"
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
 
 	"github.com/postguard/postguard/db"
 	"github.com/postguard/postguard/db/sqlite/dbsqlc"
 )
 
-// gooseTableExistsSQL says whether goose's version table exists. Goose's SQLite dialect has no
-// such check, and sqlc's SQLite catalog does not know sqlite_master.
-const gooseTableExistsSQL = `SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?)`
+// tableExistsSQL says whether a table exists. Goose's SQLite dialect has no such check, and
+// sqlc's SQLite catalog does not know sqlite_master.
+const tableExistsSQL = `SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?)`
 
 // BusyTimeoutDefault is Config.BusyTimeout's default: long enough to wait out another writer's
 // transaction (a `postguard migrate`, a backup), shorter than a request's deadline (10 s), so a
@@ -70,7 +69,7 @@ var _ db.Engine[*sql.Tx] = (*Engine)(nil)
 // of the file does not hold what was deleted: used tokens, old counters). The database's files
 // are created with mode 0600, and an older database's files are restricted to it. A secret that
 // the first version kept inside the database is moved out to SecretPath (see AppSecret). NewEngine
-// does not migrate; see db.Store.Migrate.
+// does not migrate; see db.Tables.MigrateTables.
 func NewEngine(ctx context.Context, path string, config *Config) (*Engine, error) {
 	if config == nil {
 		config = &Config{}
@@ -145,9 +144,6 @@ func NewEngineFromDB(sqlDB *sql.DB, config *Config) (*Engine, error) {
 // Name implements db.Engine.
 func (e *Engine) Name() string { return "sqlite" }
 
-// Driver implements db.Engine: riversqlite on the engine's *sql.DB.
-func (e *Engine) Driver() riverdriver.Driver[*sql.Tx] { return riversqlite.New(e.db) }
-
 // Begin implements db.Engine: BEGIN IMMEDIATE (see NewEngine).
 func (e *Engine) Begin(ctx context.Context) (*sql.Tx, error) {
 	tx, err := e.db.BeginTx(ctx, nil)
@@ -183,10 +179,10 @@ func (e *Engine) GooseDB() (*sql.DB, goose.Dialect, func()) {
 	return e.db, goose.DialectSQLite3, func() {}
 }
 
-// GooseTableExists implements db.Engine.
-func (e *Engine) GooseTableExists(ctx context.Context, sqlDB *sql.DB) (bool, error) {
+// TableExists implements db.Engine.
+func (e *Engine) TableExists(ctx context.Context, sqlDB *sql.DB, name string) (bool, error) {
 	var exists bool
-	err := sqlDB.QueryRowContext(ctx, gooseTableExistsSQL, goose.DefaultTablename).Scan(&exists)
+	err := sqlDB.QueryRowContext(ctx, tableExistsSQL, name).Scan(&exists)
 	return exists, interpretError(err)
 }
 
@@ -235,5 +231,6 @@ func (e *Engine) Close() error {
 	return nil
 }
 
-// DB is the engine's *sql.DB (one connection).
+// DB is the engine's *sql.DB (one connection): River's too, in postguard's server
+// (riversqlite.New(DB())).
 func (e *Engine) DB() *sql.DB { return e.db }

@@ -13,12 +13,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pressly/goose/v3"
 	"github.com/stretchr/testify/require"
 
 	"github.com/postguard/postguard/db"
-	"github.com/postguard/postguard/db/dbtest"
 	"github.com/postguard/postguard/db/sqlite"
+	"github.com/postguard/postguard/internal/dbtest"
 )
 
 // SQLite-only behaviour; what both engines share is in db's conformance suite.
@@ -225,12 +224,7 @@ func createLegacyDatabase(t *testing.T, path string, secret []byte) {
 	sqlDB, err := sql.Open("sqlite", path+"?_pragma=journal_mode(WAL)")
 	require.NoError(t, err)
 	defer sqlDB.Close()
-	migrations, err := fs.Sub(db.Migrations, "migrations/sqlite")
-	require.NoError(t, err)
-	provider, err := goose.NewProvider(goose.DialectSQLite3, sqlDB, migrations, goose.WithDisableGlobalRegistry(true))
-	require.NoError(t, err)
-	_, err = provider.UpTo(ctx, 1)
-	require.NoError(t, err)
+	dbtest.MigrateRevision2(t, sqlDB, "sqlite", 1)
 	_, err = sqlDB.ExecContext(ctx, `INSERT INTO app_settings (name, value) VALUES ('app_secret', ?)`, hex.EncodeToString(secret))
 	require.NoError(t, err)
 	_, err = sqlDB.ExecContext(ctx, `PRAGMA wal_checkpoint(TRUNCATE)`)

@@ -13,27 +13,28 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
-	"github.com/riverqueue/river/rivermigrate"
+	"github.com/riverqueue/river/riverdriver"
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/postguard/postguard/api/abuse"
 	"github.com/postguard/postguard/api/abuse/ginlimit"
 	"github.com/postguard/postguard/db"
-	"github.com/postguard/postguard/db/postgres"
 	"github.com/postguard/postguard/jobs"
 	"github.com/postguard/postguard/jobs/mail"
 	"github.com/postguard/postguard/tokens"
 )
 
-// accountsSchema is the host's own table. A real app keeps it in its own migrations.
-//
-//go:embed accounts.sql
-var accountsSchema string
+// The app's statements on its accounts, the same on both engines.
+const (
+	createAccountSQL = `INSERT INTO accounts (email, display_name, password_hash) VALUES ($1, $2, $3) ON CONFLICT (email) DO NOTHING RETURNING id`
+	findAccountSQL   = `SELECT id, password_hash FROM accounts WHERE email = $1`
+	recipientSQL     = `SELECT email, display_name, locale, welcome_opt_out FROM accounts WHERE id = $1`
+	optOutSQL        = `UPDATE accounts SET welcome_opt_out = true WHERE id = $1`
+)
+
+// errEmailTaken is createAccount's when an account has the email already.
+var errEmailTaken = errors.New("an account uses this email already")
 
 // Actions the app limits with postguard's limiter.
 const (
@@ -79,14 +80,17 @@ type Config struct {
 	NowFunc func() time.Time
 }
 
+func (c *Config) logger() *slog.Logger { return cmp.Or(c.Logger, slog.Default()) }
+
 // App is a Gin app with its own accounts table, using postguard as a library in its own process:
 // postguard's limiter guards its sign-up and login, and postguard's mail jobs run on its own
-// River client, inserted in its own transactions.
+// River client, inserted in its own transactions. It runs on PostgreSQL (NewPostgresApp) or
+// SQLite (NewSQLiteApp).
 type App struct {
 	Router *gin.Engine
-	River  *river.Client[pgx.Tx]
+	River  riverClient
 
-	pool    *pgxpool.Pool
+	db      database
 	tables  db.Tables
 	guard   *ginlimit.Guard
 	limiter *abuse.Limiter
@@ -99,57 +103,85 @@ type App struct {
 	unknownHash []byte
 }
 
-// NewApp builds the app on pool (its own pgx pool, which it keeps).
-func NewApp(ctx context.Context, pool *pgxpool.Pool, config *Config) (*App, error) {
-	logger := cmp.Or(config.Logger, slog.Default())
+// riverClient is what the app does with its River client, whichever engine's: a
+// *river.Client[pgx.Tx] or a *river.Client[*sql.Tx].
+type riverClient interface {
+	Start(ctx context.Context) error
+	Stop(ctx context.Context) error
+	Subscribe(kinds ...river.EventKind) (<-chan *river.Event, func())
+}
+
+// database is the app's database on one engine: its accounts, and its River client on the same
+// handle (postgres.go, sqlite.go).
+type database interface {
+	// migrate applies River's migrations and creates the accounts table.
+	migrate(ctx context.Context, logger *slog.Logger) error
+	// inTx runs fn in one transaction, committed when it returns nil.
+	inTx(ctx context.Context, fn func(tx accountsTx) error) error
+	// findAccount returns the id (0 when there is none) and password hash of email's account.
+	findAccount(ctx context.Context, email string) (int64, []byte, error)
+	// recipient reads an account as the mail workers need it.
+	recipient(ctx context.Context, id int64) (*jobs.Recipient, error)
+	// optOut records the account's unsubscribe from welcome mail.
+	optOut(ctx context.Context, id int64) error
+	// close releases what the database made (never the app's own handle).
+	close() error
+}
+
+// accountsTx is a transaction of the app's database.
+type accountsTx interface {
+	// createAccount inserts an account and, with the app's own River client in the same
+	// transaction, its welcome job: both commit, or neither. errEmailTaken when the email has an
+	// account already.
+	createAccount(ctx context.Context, email, name string, hash []byte) (int64, error)
+}
+
+// newApp builds the app on its database and postguard's tables there; newRiver makes the app's
+// River client, on the same handle, with postguard's workers.
+func newApp(config *Config, tables db.Tables, d database, newRiver func(workers *river.Workers) (riverClient, error)) (_ *App, err error) {
+	defer func() {
+		if err != nil {
+			_ = d.close()
+			tables.Close()
+		}
+	}()
+	logger := config.logger()
 	rules := config.Rules
 	if len(rules.All()) == 0 {
 		rules = DefaultRules()
 	}
 
-	// postguard's tables in the app's database, on the app's pool.
-	engine, err := postgres.NewEngineFromPool(ctx, pool, &postgres.Config{Logger: logger})
-	if err != nil {
-		return nil, err
-	}
-	tables := db.NewTables(engine, &db.TablesConfig{Logger: logger})
-
 	// postguard's mail workers, reading the app's accounts, on the app's River.
 	workers, err := jobs.NewWorkers(&jobs.Deps{
 		Store:      tables,
-		Recipients: jobs.RecipientsFunc(func(ctx context.Context, id int64) (*jobs.Recipient, error) { return recipient(ctx, pool, id) }),
+		Recipients: jobs.RecipientsFunc(d.recipient),
 		Sender:     config.Sender,
 		Logger:     logger,
 	}, &jobs.Config{Secret: config.Secret, AppURL: config.AppURL})
 	if err != nil {
-		tables.Close()
 		return nil, err
 	}
 	registry := river.NewWorkers()
 	if err := workers.Register(registry); err != nil {
-		tables.Close()
 		return nil, err
 	}
-	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
-		Logger:  logger,
-		Queues:  map[string]river.QueueConfig{jobs.QueueEmail: {MaxWorkers: 4}},
-		Workers: registry,
-	})
+	client, err := newRiver(registry)
 	if err != nil {
-		tables.Close()
 		return nil, fmt.Errorf("error creating River client: %w", err)
 	}
 
 	cost := cmp.Or(config.BcryptCost, bcrypt.DefaultCost)
 	unknownHash, err := bcrypt.GenerateFromPassword([]byte("no account has this password"), cost)
 	if err != nil {
-		tables.Close()
 		return nil, err
 	}
-	limiter := abuse.NewLimiter(tables, config.Secret, rules, &abuse.LimiterConfig{NowFunc: config.NowFunc})
+	limiter, err := abuse.NewLimiter(tables, config.Secret, rules, &abuse.LimiterConfig{NowFunc: config.NowFunc})
+	if err != nil {
+		return nil, err
+	}
 	a := &App{
 		River:       client,
-		pool:        pool,
+		db:          d,
 		tables:      tables,
 		guard:       ginlimit.New(limiter, &ginlimit.Config{Logger: logger}),
 		limiter:     limiter,
@@ -173,40 +205,26 @@ func NewApp(ctx context.Context, pool *pgxpool.Pool, config *Config) (*App, erro
 	return a, nil
 }
 
-// Migrate applies River's migrations, postguard's tables and the app's accounts table.
+// newRiverClient is the app's River client on driver, working postguard's email queue.
+func newRiverClient[TTx any](driver riverdriver.Driver[TTx], workers *river.Workers, logger *slog.Logger) (*river.Client[TTx], error) {
+	return river.NewClient(driver, &river.Config{
+		Logger:  logger,
+		Queues:  map[string]river.QueueConfig{jobs.QueueEmail: {MaxWorkers: 4}},
+		Workers: workers,
+	})
+}
+
+// Migrate applies River's migrations, postguard's tables (the limiter's and the mail workers'
+// parts, each in a goose table of postguard's own) and the app's accounts table.
 func (a *App) Migrate(ctx context.Context) error {
-	migrator, err := rivermigrate.New(riverpgxv5.New(a.pool), &rivermigrate.Config{Logger: a.logger})
-	if err != nil {
+	if err := a.db.migrate(ctx, a.logger); err != nil {
 		return err
 	}
-	if _, err := migrator.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
-		return fmt.Errorf("error applying River's migrations: %w", err)
-	}
-	if err := a.tables.MigrateTables(ctx); err != nil {
-		return err
-	}
-	if _, err := a.pool.Exec(ctx, accountsSchema); err != nil {
-		return fmt.Errorf("error creating accounts: %w", err)
-	}
-	return nil
+	return a.tables.MigrateTables(ctx, &db.MigrateOpts{Parts: []db.Part{db.PartLimiter, db.PartMail}})
 }
 
-// Close releases what NewApp made (not the pool). Stop River first.
-func (a *App) Close() error { return a.tables.Close() }
-
-// recipient reads an account as the mail workers need it.
-func recipient(ctx context.Context, pool *pgxpool.Pool, id int64) (*jobs.Recipient, error) {
-	var r jobs.Recipient
-	err := pool.QueryRow(ctx, `SELECT email, display_name, locale, welcome_opt_out FROM accounts WHERE id = $1`, id).
-		Scan(&r.Email, &r.Name, &r.Locale, &r.Unsubscribed)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, fmt.Errorf("account %d: %w", id, jobs.ErrNoRecipient)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("error reading account %d: %w", id, err)
-	}
-	return &r, nil
-}
+// Close releases what the app made (not its database handle). Stop River first.
+func (a *App) Close() error { return errors.Join(a.db.close(), a.tables.Close()) }
 
 type credentials struct {
 	Email    string `json:"email"`
@@ -257,32 +275,18 @@ func (a *App) signUp(c *gin.Context) {
 		return
 	}
 	var id int64
-	err = pgx.BeginFunc(c.Request.Context(), a.pool, func(tx pgx.Tx) error {
-		id, err = a.createAccount(c.Request.Context(), tx, req.Email, req.Name, hash)
+	err = a.db.inTx(c.Request.Context(), func(tx accountsTx) error {
+		id, err = tx.createAccount(c.Request.Context(), req.Email, req.Name, hash)
 		return err
 	})
-	var pgErr *pgconn.PgError
 	switch {
-	case errors.As(err, &pgErr) && pgErr.Code == "23505":
-		c.JSON(http.StatusConflict, gin.H{"error": "an account uses this email already"})
+	case errors.Is(err, errEmailTaken):
+		c.JSON(http.StatusConflict, gin.H{"error": errEmailTaken.Error()})
 	case err != nil:
 		a.fail(c, err)
 	default:
 		c.JSON(http.StatusCreated, gin.H{"id": id})
 	}
-}
-
-// createAccount inserts an account and, with the app's own River client in the same
-// transaction, its welcome job: both commit, or neither.
-func (a *App) createAccount(ctx context.Context, tx pgx.Tx, email, name string, hash []byte) (int64, error) {
-	var id int64
-	if err := tx.QueryRow(ctx, `INSERT INTO accounts (email, display_name, password_hash) VALUES ($1, $2, $3) RETURNING id`, email, name, hash).Scan(&id); err != nil {
-		return 0, err
-	}
-	if _, err := a.River.InsertTx(ctx, tx, jobs.WelcomeEmailArgs{UserID: id}, nil); err != nil {
-		return 0, fmt.Errorf("error inserting welcome job: %w", err)
-	}
-	return id, nil
 }
 
 // login spends first: one attempt of the account (and of the client's IP) is counted before the
@@ -303,14 +307,13 @@ func (a *App) login(c *gin.Context) {
 		return
 	}
 
-	var id int64
-	var hash []byte
-	err := a.pool.QueryRow(c.Request.Context(), `SELECT id, password_hash FROM accounts WHERE email = $1`, req.Email).Scan(&id, &hash)
-	if errors.Is(err, pgx.ErrNoRows) {
-		hash = a.unknownHash
-	} else if err != nil {
+	id, hash, err := a.db.findAccount(c.Request.Context(), req.Email)
+	if err != nil {
 		a.fail(c, err)
 		return
+	}
+	if id == 0 {
+		hash = a.unknownHash
 	}
 	if a.compare(hash, []byte(req.Password)) != nil || id == 0 {
 		c.JSON(http.StatusUnauthorized, gin.H{"error": "wrong email or password"})
@@ -337,7 +340,7 @@ func (a *App) unsubscribe(c *gin.Context) {
 		c.JSON(http.StatusBadRequest, gin.H{"error": "invalid unsubscribe link"})
 		return
 	}
-	if _, err := a.pool.Exec(c.Request.Context(), `UPDATE accounts SET welcome_opt_out = true WHERE id = $1`, id); err != nil {
+	if err := a.db.optOut(c.Request.Context(), id); err != nil {
 		a.fail(c, err)
 		return
 	}

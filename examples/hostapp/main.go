@@ -1,14 +1,15 @@
 // Command hostapp is a small Gin app that uses postguard as a Go library, in its own process,
-// on its own PostgreSQL database and accounts table: postguard's limiter guards its sign-up
-// (Gin middleware) and its login (spent before the password is checked, a success refunded, the
-// browser then a trusted device), and postguard's mail jobs run on its own River client, the
-// welcome job inserted in the transaction that creates the account. Request bodies are capped
-// and the server cuts off slow clients. See README.md, "Using it as a library".
+// on its own database (PostgreSQL or SQLite) and accounts table: postguard's limiter guards its
+// sign-up (Gin middleware) and its login (spent before the password is checked, a success
+// refunded, the browser then a trusted device), and postguard's mail jobs run on its own River
+// client, the welcome job inserted in the transaction that creates the account. Request bodies
+// are capped and the server cuts off slow clients. See README.md, "Using it as a library".
 //
 // The trusted-device cookie is __Host- prefixed and Secure: browsers keep it over HTTPS, and on
 // http://localhost.
 //
 //	DATABASE_URL=postgres://… APP_SECRET=$(openssl rand -hex 32) go run ./examples/hostapp
+//	DATABASE_URL=sqlite://hostapp.db APP_SECRET=$(openssl rand -hex 32) go run ./examples/hostapp
 //
 // Mail is printed to the log unless RESEND_API_KEY and RESEND_FROM_EMAIL are set.
 package main
@@ -16,12 +17,14 @@ package main
 import (
 	"cmp"
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -56,20 +59,36 @@ func run(ctx context.Context, environ []string) error {
 		}
 	}
 
-	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	app, err := NewApp(ctx, pool, &Config{
+	config := &Config{
 		Secret: []byte(secret),
 		AppURL: cmp.Or(os.Getenv("APP_URL"), "http://localhost:8081"),
 		Rules:  rules,
 		Sender: sender,
 		Logger: logger,
-	})
-	if err != nil {
-		return err
+	}
+	var app *App
+	databaseURL := os.Getenv("DATABASE_URL")
+	if path, ok := strings.CutPrefix(databaseURL, "sqlite://"); ok {
+		// One connection, WAL, a busy timeout, BEGIN IMMEDIATE: as postguard's SQLite engine
+		// and River's want a handle they share.
+		sqlDB, err := sql.Open("sqlite", path+"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_txlock=immediate")
+		if err != nil {
+			return err
+		}
+		defer sqlDB.Close()
+		sqlDB.SetMaxOpenConns(1)
+		if app, err = NewSQLiteApp(sqlDB, config); err != nil {
+			return err
+		}
+	} else {
+		pool, err := pgxpool.New(ctx, databaseURL)
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		if app, err = NewPostgresApp(ctx, pool, config); err != nil {
+			return err
+		}
 	}
 	defer app.Close()
 	if err := app.Migrate(ctx); err != nil {

@@ -52,16 +52,83 @@ WHERE key_hash = @key_hash::bytea
 -- only when the one before it admitted (a data-modifying CTE runs once, and "second" reads
 -- "first"'s RETURNING, so it inserts nothing when "first" refused). A window whose key is NULL is
 -- not part of the chain, nor is any after it. A count of 0 says that window refused or was not
--- spent (an admitted window counts at least 1). When @user_email is not NULL and every window of
--- the chain admitted, the user with that email is read in the same statement (its columns NULL
--- when there is none). The windows' keys are of different scopes, so no two CTEs touch one row,
--- and every statement locks its rows in the same order of scopes: concurrent chains cannot
--- deadlock.
+-- spent (an admitted window counts at least 1). The windows' keys are of different scopes, so no
+-- two CTEs touch one row, and every statement locks its rows in the same order of scopes:
+-- concurrent chains cannot deadlock. It names no table but the limiter's part of postguard's
+-- tables, all a host of the limiter alone has (RateLimitCounterConsumeChainUser reads a user too).
 --
 -- A trusted device (@device_key_hash not NULL) is checked in the same statement: while no
 -- revocation of its account's devices (@device_revocation_hash) is later than @device_since, the
 -- window at position @device_window (1-based) is the device's own, @device_key_hash, instead of
 -- the account's; device_trusted says which was spent.
+WITH device AS (
+    SELECT (
+        sqlc.narg(device_key_hash)::bytea IS NOT NULL
+        AND NOT EXISTS (
+            SELECT 1
+            FROM rate_limit_device_revocations
+            WHERE rate_limit_device_revocations.key_hash = sqlc.narg(device_revocation_hash)::bytea
+                AND rate_limit_device_revocations.revoked_at > @device_since::timestamptz
+        )
+    ) AS trusted
+),
+keys AS (
+    SELECT
+        CASE WHEN device.trusted AND @device_window::integer = 1 THEN sqlc.narg(device_key_hash)::bytea ELSE @key_hash_1::bytea END AS key_1,
+        CASE WHEN device.trusted AND @device_window::integer = 2 THEN sqlc.narg(device_key_hash)::bytea ELSE sqlc.narg(key_hash_2)::bytea END AS key_2,
+        CASE WHEN device.trusted AND @device_window::integer = 3 THEN sqlc.narg(device_key_hash)::bytea ELSE sqlc.narg(key_hash_3)::bytea END AS key_3,
+        device.trusted
+    FROM device
+),
+first AS (
+    INSERT INTO rate_limit_counters (key_hash, window_start, window_end, count, limit_count)
+    SELECT keys.key_1, @window_start_1::timestamptz, @window_end_1::timestamptz, 1, @limit_count_1::bigint
+    FROM keys
+    WHERE keys.key_1 IS NOT NULL
+    ON CONFLICT (key_hash, window_start) DO UPDATE
+    SET count = rate_limit_counters.count + 1
+    WHERE rate_limit_counters.count < excluded.limit_count
+    RETURNING count
+),
+second AS (
+    INSERT INTO rate_limit_counters (key_hash, window_start, window_end, count, limit_count)
+    SELECT keys.key_2, @window_start_2::timestamptz, @window_end_2::timestamptz, 1, @limit_count_2::bigint
+    FROM first, keys
+    WHERE keys.key_2 IS NOT NULL
+    ON CONFLICT (key_hash, window_start) DO UPDATE
+    SET count = rate_limit_counters.count + 1
+    WHERE rate_limit_counters.count < excluded.limit_count
+    RETURNING count
+),
+third AS (
+    INSERT INTO rate_limit_counters (key_hash, window_start, window_end, count, limit_count)
+    SELECT keys.key_3, @window_start_3::timestamptz, @window_end_3::timestamptz, 1, @limit_count_3::bigint
+    FROM second, keys
+    WHERE keys.key_3 IS NOT NULL
+    ON CONFLICT (key_hash, window_start) DO UPDATE
+    SET count = rate_limit_counters.count + 1
+    WHERE rate_limit_counters.count < excluded.limit_count
+    RETURNING count
+),
+counts AS (
+    SELECT
+        coalesce((SELECT count FROM first), 0)::bigint AS count_1,
+        coalesce((SELECT count FROM second), 0)::bigint AS count_2,
+        coalesce((SELECT count FROM third), 0)::bigint AS count_3,
+        (SELECT trusted FROM keys)::boolean AS device_trusted
+)
+SELECT
+    counts.count_1,
+    counts.count_2,
+    counts.count_3,
+    counts.device_trusted
+FROM counts;
+
+-- name: RateLimitCounterConsumeChainUser :one
+-- RateLimitCounterConsumeChainUser is RateLimitCounterConsumeChain, whose CTEs it repeats, and,
+-- when every window of the chain admitted, a read of the user with @user_email in the same
+-- statement (its columns NULL when there is none): the service's users table with the limiter's
+-- counters, in one round trip.
 WITH device AS (
     SELECT (
         sqlc.narg(device_key_hash)::bytea IS NOT NULL
@@ -134,7 +201,7 @@ SELECT
     users.locale AS user_locale
 FROM counts
 LEFT JOIN users
-    ON users.email = sqlc.narg(user_email)::text
+    ON users.email = @user_email::text
     AND counts.count_1 > 0
     AND (sqlc.narg(key_hash_2)::bytea IS NULL OR counts.count_2 > 0)
     AND (sqlc.narg(key_hash_3)::bytea IS NULL OR counts.count_3 > 0);

@@ -46,7 +46,7 @@ func Example() {
 		panic(err)
 	}
 	tables := db.NewTables(engine, &db.TablesConfig{Logger: quiet})
-	if err := tables.MigrateTables(ctx); err != nil {
+	if err := tables.MigrateTables(ctx, &db.MigrateOpts{Parts: []db.Part{db.PartLimiter}}); err != nil {
 		panic(err)
 	}
 
@@ -55,7 +55,10 @@ func Example() {
 		With(abuse.Rule{Action: "login", Scope: abuse.ScopeIP, Limit: 20, Window: 15 * time.Minute}).
 		With(abuse.Rule{Action: "login", Scope: abuse.ScopeKey, Limit: 2, Window: 15 * time.Minute})
 	now := func() time.Time { return time.Date(2026, 3, 1, 10, 0, 30, 0, time.UTC) } // a fixed clock, for the output
-	limiter := abuse.NewLimiter(tables, []byte("the app's secret of 32 bytes, at least"), rules, &abuse.LimiterConfig{NowFunc: now})
+	limiter, err := abuse.NewLimiter(tables, []byte("the app's secret of 32 bytes, at least"), rules, &abuse.LimiterConfig{NowFunc: now})
+	if err != nil {
+		panic(err)
+	}
 	guard := ginlimit.New(limiter, nil)
 
 	gin.SetMode(gin.ReleaseMode)

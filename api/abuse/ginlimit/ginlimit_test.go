@@ -16,8 +16,8 @@ import (
 
 	"github.com/postguard/postguard/api/abuse"
 	"github.com/postguard/postguard/api/abuse/ginlimit"
-	"github.com/postguard/postguard/db/dbtest"
 	"github.com/postguard/postguard/internal/bursttest"
+	"github.com/postguard/postguard/internal/dbtest"
 )
 
 var testSecret = []byte("ginlimit test secret, 32 bytes or more")
@@ -38,7 +38,8 @@ func setup(t *testing.T, newStore dbtest.NewStoreFunc, rules abuse.Rules, ips *a
 	t.Helper()
 	gin.SetMode(gin.ReleaseMode)
 	b := &testBundle{store: newStore(t), router: gin.New()}
-	limiter := abuse.NewLimiter(b.store, testSecret, rules, &abuse.LimiterConfig{NowFunc: func() time.Time { return windowStart.Add(5 * time.Minute) }})
+	limiter, err := abuse.NewLimiter(b.store, testSecret, rules, &abuse.LimiterConfig{NowFunc: func() time.Time { return windowStart.Add(5 * time.Minute) }})
+	require.NoError(t, err)
 	b.guard = ginlimit.New(limiter, &ginlimit.Config{IPResolver: ips, Logger: dbtest.Logger(t)})
 	routes(b, b.router)
 	return b

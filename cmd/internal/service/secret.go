@@ -10,6 +10,7 @@ import (
 
 	"github.com/postguard/postguard/db"
 	"github.com/postguard/postguard/db/sqlite"
+	"github.com/postguard/postguard/internal/riverstore"
 	"github.com/postguard/postguard/tokens"
 )
 
@@ -37,7 +38,7 @@ func SecretSource(config *Config) string {
 // secret), and records it when there is none: a new database, or one migrated before the check
 // existed. A process whose secret differs refuses to start (ErrSecretMismatch, naming source and
 // what another secret would break) rather than silently breaking what the first one made.
-func CheckSecret(ctx context.Context, store db.Store, secret []byte, source string) error {
+func CheckSecret(ctx context.Context, store riverstore.Store, secret []byte, source string) error {
 	check := tokens.SecretCheck(secret)
 	recorded, err := store.SecretCheckRecord(ctx, &db.SecretCheckParams{CheckValue: check, Now: time.Now()})
 	if err != nil {

@@ -16,13 +16,19 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/riverdriver/riversqlite"
 	"riverqueue.com/riverui"
+	"riverqueue.com/riverui/uiendpoints"
 
 	"github.com/postguard/postguard/api"
 	"github.com/postguard/postguard/api/abuse"
+	"github.com/postguard/postguard/api/abuse/abuseprom"
 	"github.com/postguard/postguard/db"
 	"github.com/postguard/postguard/db/postgres"
 	"github.com/postguard/postguard/db/sqlite"
+	"github.com/postguard/postguard/internal/riverstore"
 	"github.com/postguard/postguard/jobs"
 	"github.com/postguard/postguard/jobs/mail"
 )
@@ -64,7 +70,7 @@ type Service struct {
 	Config   *Config
 	Logger   *slog.Logger
 	Role     Role
-	Store    db.Store
+	Store    riverstore.Store
 	Registry *prometheus.Registry
 	// Handler is the role's HTTP handler: the API (with River UI when configured), or health
 	// and metrics only for a worker.
@@ -80,7 +86,9 @@ type Service struct {
 	// MAILER=log on a loopback APP_URL (see DevMailServed), nil otherwise.
 	DevMail *mail.Outbox
 
-	stopUI context.CancelFunc
+	// riverUIEndpoints is River UI's API on the store's River client.
+	riverUIEndpoints func() uiendpoints.Bundle
+	stopUI           context.CancelFunc
 	// lite is the embedded engine under Store; nil on PostgreSQL.
 	lite *sqlite.Engine
 }
@@ -125,7 +133,7 @@ func New(ctx context.Context, config *Config, logger *slog.Logger, role Role, op
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
 	s := &Service{Config: config, Logger: logger, Role: role, Registry: registry, Mailer: mailer, DevMail: devMail}
-	secret, err := s.open(ctx, true, func(store db.Store, secret []byte) (*river.Config, error) {
+	secret, err := s.open(ctx, true, func(store riverstore.Store, secret []byte) (*river.Config, error) {
 		riverConfig, err := jobs.NewRiverConfig(
 			&jobs.Deps{
 				Store:      store,
@@ -199,7 +207,7 @@ func New(ctx context.Context, config *Config, logger *slog.Logger, role Role, op
 
 // OpenStore opens the store DATABASE_URL names with an insert-only River client, for work that
 // needs no workers and no secret (the load tool's own statements). Close the store when done.
-func OpenStore(ctx context.Context, config *Config, logger *slog.Logger) (db.Store, error) {
+func OpenStore(ctx context.Context, config *Config, logger *slog.Logger) (riverstore.Store, error) {
 	s := &Service{Config: config, Logger: logger}
 	if _, err := s.open(ctx, false, nil); err != nil {
 		return nil, err
@@ -211,17 +219,19 @@ func OpenStore(ctx context.Context, config *Config, logger *slog.Logger) (db.Sto
 // given the store and the secret (nil: an insert-only client), and returns the secret when
 // withSecret: APP_SECRET, or the embedded default's own (made for a new database; a lost one is
 // refused, see sqlite.Engine.AppSecret).
-func (s *Service) open(ctx context.Context, withSecret bool, riverConfigFunc func(store db.Store, secret []byte) (*river.Config, error)) ([]byte, error) {
+func (s *Service) open(ctx context.Context, withSecret bool, riverConfigFunc func(store riverstore.Store, secret []byte) (*river.Config, error)) ([]byte, error) {
 	config := s.Config
 	secret := config.AppSecret
-	var newStore func(storeConfig *db.StoreConfig) (db.Store, error)
+	var newStore func(storeConfig *riverstore.Config) (riverstore.Store, error)
 	switch config.Engine {
 	case EnginePostgres:
 		pg, err := postgres.NewEngine(ctx, config.DatabaseURL, &postgres.Config{Logger: s.Logger})
 		if err != nil {
 			return nil, fmt.Errorf("error connecting to PostgreSQL (DATABASE_URL): %w", err)
 		}
-		newStore = func(storeConfig *db.StoreConfig) (db.Store, error) { return db.NewStore(pg, storeConfig) }
+		newStore = func(storeConfig *riverstore.Config) (riverstore.Store, error) {
+			return openStore(s, pg, riverpgxv5.New(pg.Pool()), storeConfig)
+		}
 	default:
 		lite, err := sqlite.NewEngine(ctx, config.SQLitePath, &sqlite.Config{Logger: s.Logger})
 		if err != nil {
@@ -237,12 +247,14 @@ func (s *Service) open(ctx context.Context, withSecret bool, riverConfigFunc fun
 			}
 		}
 		s.lite = lite
-		newStore = func(storeConfig *db.StoreConfig) (db.Store, error) { return db.NewStore(lite, storeConfig) }
+		newStore = func(storeConfig *riverstore.Config) (riverstore.Store, error) {
+			return openStore(s, lite, riversqlite.New(lite.DB()), storeConfig)
+		}
 	}
 
-	storeConfig := &db.StoreConfig{Logger: s.Logger}
+	storeConfig := &riverstore.Config{Logger: s.Logger}
 	if riverConfigFunc != nil {
-		storeConfig.RiverConfigFunc = func(store db.Store) (*river.Config, error) { return riverConfigFunc(store, secret) }
+		storeConfig.RiverConfigFunc = func(store riverstore.Store) (*river.Config, error) { return riverConfigFunc(store, secret) }
 	}
 	store, err := newStore(storeConfig) // closes the engine when it fails
 	if err != nil {
@@ -250,6 +262,17 @@ func (s *Service) open(ctx context.Context, withSecret bool, riverConfigFunc fun
 	}
 	s.Store = store
 	return secret, nil
+}
+
+// openStore builds s's store on engine, with River's driver on the engine's connections, and River
+// UI's endpoints on its client.
+func openStore[TTx any](s *Service, engine db.Engine[TTx], driver riverdriver.Driver[TTx], config *riverstore.Config) (riverstore.Store, error) {
+	store, client, err := riverstore.New(engine, driver, config)
+	if err != nil {
+		return nil, err
+	}
+	s.riverUIEndpoints = func() uiendpoints.Bundle { return riverui.NewEndpoints(client, nil) }
+	return store, nil
 }
 
 // handler builds the role's HTTP handler.
@@ -262,7 +285,7 @@ func (s *Service) handler(secret []byte, opts *Opts) (http.Handler, error) {
 	var riverUI http.Handler
 	if config.RiverUIUsername != "" {
 		ui, err := riverui.NewHandler(&riverui.HandlerOpts{
-			Endpoints: s.Store.RiverUIEndpoints(),
+			Endpoints: s.riverUIEndpoints(),
 			Logger:    s.Logger,
 			Prefix:    "/riverui",
 		})
@@ -279,9 +302,17 @@ func (s *Service) handler(secret []byte, opts *Opts) (http.Handler, error) {
 		s.stopUI, riverUI = stopUI, ui
 	}
 
+	limiterMetrics, err := abuseprom.Register(s.Registry)
+	if err != nil {
+		return nil, err
+	}
+	limiter, err := abuse.NewLimiter(s.Store, secret, config.Rules, &abuse.LimiterConfig{DeviceTokenTTL: config.DeviceTokenTTL, Metrics: limiterMetrics})
+	if err != nil {
+		return nil, err
+	}
 	apiConfig := &api.Config{
 		Store:           s.Store,
-		Limiter:         abuse.NewLimiter(s.Store, secret, config.Rules, &abuse.LimiterConfig{DeviceTokenTTL: config.DeviceTokenTTL, Registerer: s.Registry}),
+		Limiter:         limiter,
 		IPResolver:      abuse.NewIPResolver(config.TrustedProxies).WithHeader(config.ClientIPHeader),
 		Secret:          secret,
 		AppURL:          config.AppURL,

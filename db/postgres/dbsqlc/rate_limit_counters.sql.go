@@ -55,6 +55,140 @@ func (q *Queries) RateLimitCounterConsume(ctx context.Context, db DBTX, arg Rate
 const rateLimitCounterConsumeChain = `-- name: RateLimitCounterConsumeChain :one
 WITH device AS (
     SELECT (
+        $1::bytea IS NOT NULL
+        AND NOT EXISTS (
+            SELECT 1
+            FROM rate_limit_device_revocations
+            WHERE rate_limit_device_revocations.key_hash = $2::bytea
+                AND rate_limit_device_revocations.revoked_at > $3::timestamptz
+        )
+    ) AS trusted
+),
+keys AS (
+    SELECT
+        CASE WHEN device.trusted AND $4::integer = 1 THEN $1::bytea ELSE $5::bytea END AS key_1,
+        CASE WHEN device.trusted AND $4::integer = 2 THEN $1::bytea ELSE $6::bytea END AS key_2,
+        CASE WHEN device.trusted AND $4::integer = 3 THEN $1::bytea ELSE $7::bytea END AS key_3,
+        device.trusted
+    FROM device
+),
+first AS (
+    INSERT INTO rate_limit_counters (key_hash, window_start, window_end, count, limit_count)
+    SELECT keys.key_1, $8::timestamptz, $9::timestamptz, 1, $10::bigint
+    FROM keys
+    WHERE keys.key_1 IS NOT NULL
+    ON CONFLICT (key_hash, window_start) DO UPDATE
+    SET count = rate_limit_counters.count + 1
+    WHERE rate_limit_counters.count < excluded.limit_count
+    RETURNING count
+),
+second AS (
+    INSERT INTO rate_limit_counters (key_hash, window_start, window_end, count, limit_count)
+    SELECT keys.key_2, $11::timestamptz, $12::timestamptz, 1, $13::bigint
+    FROM first, keys
+    WHERE keys.key_2 IS NOT NULL
+    ON CONFLICT (key_hash, window_start) DO UPDATE
+    SET count = rate_limit_counters.count + 1
+    WHERE rate_limit_counters.count < excluded.limit_count
+    RETURNING count
+),
+third AS (
+    INSERT INTO rate_limit_counters (key_hash, window_start, window_end, count, limit_count)
+    SELECT keys.key_3, $14::timestamptz, $15::timestamptz, 1, $16::bigint
+    FROM second, keys
+    WHERE keys.key_3 IS NOT NULL
+    ON CONFLICT (key_hash, window_start) DO UPDATE
+    SET count = rate_limit_counters.count + 1
+    WHERE rate_limit_counters.count < excluded.limit_count
+    RETURNING count
+),
+counts AS (
+    SELECT
+        coalesce((SELECT count FROM first), 0)::bigint AS count_1,
+        coalesce((SELECT count FROM second), 0)::bigint AS count_2,
+        coalesce((SELECT count FROM third), 0)::bigint AS count_3,
+        (SELECT trusted FROM keys)::boolean AS device_trusted
+)
+SELECT
+    counts.count_1,
+    counts.count_2,
+    counts.count_3,
+    counts.device_trusted
+FROM counts
+`
+
+type RateLimitCounterConsumeChainParams struct {
+	DeviceKeyHash        []byte
+	DeviceRevocationHash []byte
+	DeviceSince          time.Time
+	DeviceWindow         int32
+	KeyHash1             []byte
+	KeyHash2             []byte
+	KeyHash3             []byte
+	WindowStart1         time.Time
+	WindowEnd1           time.Time
+	LimitCount1          int64
+	WindowStart2         time.Time
+	WindowEnd2           time.Time
+	LimitCount2          int64
+	WindowStart3         time.Time
+	WindowEnd3           time.Time
+	LimitCount3          int64
+}
+
+type RateLimitCounterConsumeChainRow struct {
+	Count1        int64
+	Count2        int64
+	Count3        int64
+	DeviceTrusted bool
+}
+
+// RateLimitCounterConsumeChain spends one request of up to three fixed windows, in order, in one
+// statement and so one round trip: each window is spent as RateLimitCounterConsume spends it, and
+// only when the one before it admitted (a data-modifying CTE runs once, and "second" reads
+// "first"'s RETURNING, so it inserts nothing when "first" refused). A window whose key is NULL is
+// not part of the chain, nor is any after it. A count of 0 says that window refused or was not
+// spent (an admitted window counts at least 1). The windows' keys are of different scopes, so no
+// two CTEs touch one row, and every statement locks its rows in the same order of scopes:
+// concurrent chains cannot deadlock. It names no table but the limiter's part of postguard's
+// tables, all a host of the limiter alone has (RateLimitCounterConsumeChainUser reads a user too).
+//
+// A trusted device (@device_key_hash not NULL) is checked in the same statement: while no
+// revocation of its account's devices (@device_revocation_hash) is later than @device_since, the
+// window at position @device_window (1-based) is the device's own, @device_key_hash, instead of
+// the account's; device_trusted says which was spent.
+func (q *Queries) RateLimitCounterConsumeChain(ctx context.Context, db DBTX, arg RateLimitCounterConsumeChainParams) (*RateLimitCounterConsumeChainRow, error) {
+	row := db.QueryRow(ctx, rateLimitCounterConsumeChain,
+		arg.DeviceKeyHash,
+		arg.DeviceRevocationHash,
+		arg.DeviceSince,
+		arg.DeviceWindow,
+		arg.KeyHash1,
+		arg.KeyHash2,
+		arg.KeyHash3,
+		arg.WindowStart1,
+		arg.WindowEnd1,
+		arg.LimitCount1,
+		arg.WindowStart2,
+		arg.WindowEnd2,
+		arg.LimitCount2,
+		arg.WindowStart3,
+		arg.WindowEnd3,
+		arg.LimitCount3,
+	)
+	var i RateLimitCounterConsumeChainRow
+	err := row.Scan(
+		&i.Count1,
+		&i.Count2,
+		&i.Count3,
+		&i.DeviceTrusted,
+	)
+	return &i, err
+}
+
+const rateLimitCounterConsumeChainUser = `-- name: RateLimitCounterConsumeChainUser :one
+WITH device AS (
+    SELECT (
         $4::bytea IS NOT NULL
         AND NOT EXISTS (
             SELECT 1
@@ -131,8 +265,8 @@ LEFT JOIN users
     AND ($3::bytea IS NULL OR counts.count_3 > 0)
 `
 
-type RateLimitCounterConsumeChainParams struct {
-	UserEmail            *string
+type RateLimitCounterConsumeChainUserParams struct {
+	UserEmail            string
 	KeyHash2             []byte
 	KeyHash3             []byte
 	DeviceKeyHash        []byte
@@ -151,7 +285,7 @@ type RateLimitCounterConsumeChainParams struct {
 	LimitCount3          int64
 }
 
-type RateLimitCounterConsumeChainRow struct {
+type RateLimitCounterConsumeChainUserRow struct {
 	Count1              int64
 	Count2              int64
 	Count3              int64
@@ -167,23 +301,12 @@ type RateLimitCounterConsumeChainRow struct {
 	UserLocale          *string
 }
 
-// RateLimitCounterConsumeChain spends one request of up to three fixed windows, in order, in one
-// statement and so one round trip: each window is spent as RateLimitCounterConsume spends it, and
-// only when the one before it admitted (a data-modifying CTE runs once, and "second" reads
-// "first"'s RETURNING, so it inserts nothing when "first" refused). A window whose key is NULL is
-// not part of the chain, nor is any after it. A count of 0 says that window refused or was not
-// spent (an admitted window counts at least 1). When @user_email is not NULL and every window of
-// the chain admitted, the user with that email is read in the same statement (its columns NULL
-// when there is none). The windows' keys are of different scopes, so no two CTEs touch one row,
-// and every statement locks its rows in the same order of scopes: concurrent chains cannot
-// deadlock.
-//
-// A trusted device (@device_key_hash not NULL) is checked in the same statement: while no
-// revocation of its account's devices (@device_revocation_hash) is later than @device_since, the
-// window at position @device_window (1-based) is the device's own, @device_key_hash, instead of
-// the account's; device_trusted says which was spent.
-func (q *Queries) RateLimitCounterConsumeChain(ctx context.Context, db DBTX, arg RateLimitCounterConsumeChainParams) (*RateLimitCounterConsumeChainRow, error) {
-	row := db.QueryRow(ctx, rateLimitCounterConsumeChain,
+// RateLimitCounterConsumeChainUser is RateLimitCounterConsumeChain, whose CTEs it repeats, and,
+// when every window of the chain admitted, a read of the user with @user_email in the same
+// statement (its columns NULL when there is none): the service's users table with the limiter's
+// counters, in one round trip.
+func (q *Queries) RateLimitCounterConsumeChainUser(ctx context.Context, db DBTX, arg RateLimitCounterConsumeChainUserParams) (*RateLimitCounterConsumeChainUserRow, error) {
+	row := db.QueryRow(ctx, rateLimitCounterConsumeChainUser,
 		arg.UserEmail,
 		arg.KeyHash2,
 		arg.KeyHash3,
@@ -202,7 +325,7 @@ func (q *Queries) RateLimitCounterConsumeChain(ctx context.Context, db DBTX, arg
 		arg.WindowEnd3,
 		arg.LimitCount3,
 	)
-	var i RateLimitCounterConsumeChainRow
+	var i RateLimitCounterConsumeChainUserRow
 	err := row.Scan(
 		&i.Count1,
 		&i.Count2,

@@ -7,22 +7,30 @@ package dbtest
 
 import (
 	"crypto/rand"
+	"database/sql"
 	"encoding/hex"
+	"io/fs"
 	"log/slog"
 	"path/filepath"
 	"testing"
 
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/riverdriver/riversqlite"
 	"github.com/stretchr/testify/require"
 
 	"github.com/postguard/postguard/db"
 	"github.com/postguard/postguard/db/postgres"
 	"github.com/postguard/postguard/db/sqlite"
+	"github.com/postguard/postguard/internal/riverstore"
 )
 
 // Store is a test's store, with what Work needs to run River workers on its database.
 type Store struct {
-	db.Store
+	riverstore.Store
 
 	// Postgres and SQLite are the engine under the store; one of them is nil.
 	Postgres *postgres.Engine
@@ -33,13 +41,13 @@ type Store struct {
 }
 
 // Option changes how a test's store is built.
-type Option func(config *db.StoreConfig)
+type Option func(config *riverstore.Config)
 
 // WithRiverConfig builds the store's River client from fn (the default is insert-only). River's
 // TestOnly is set on the config fn returns, and a test logger when it has none.
-func WithRiverConfig(fn func(store db.Store) (*river.Config, error)) Option {
-	return func(config *db.StoreConfig) {
-		config.RiverConfigFunc = func(store db.Store) (*river.Config, error) {
+func WithRiverConfig(fn func(store riverstore.Store) (*river.Config, error)) Option {
+	return func(config *riverstore.Config) {
+		config.RiverConfigFunc = func(store riverstore.Store) (*river.Config, error) {
 			riverConfig, err := fn(store)
 			if err != nil {
 				return nil, err
@@ -109,7 +117,7 @@ func OpenPostgres(t testing.TB, databaseURL string, opts ...Option) *Store {
 
 	engine, err := postgres.NewEngine(t.Context(), databaseURL, &postgres.Config{Logger: Logger(t)})
 	require.NoError(t, err)
-	return newStore(t, &Store{Postgres: engine}, engine, opts)
+	return newStore(t, &Store{Postgres: engine}, engine, riverpgxv5.New(engine.Pool()), opts)
 }
 
 // NewSQLite returns a migrated SQLite store on a new file under t.TempDir(), closed when t ends.
@@ -136,17 +144,17 @@ func OpenSQLite(t testing.TB, path string, opts ...Option) *Store {
 
 	engine, err := sqlite.NewEngine(t.Context(), path, &sqlite.Config{Logger: Logger(t)})
 	require.NoError(t, err)
-	return newStore(t, &Store{SQLite: engine, sqliteRiver: &sqliteRiver{}}, engine, opts)
+	return newStore(t, &Store{SQLite: engine, sqliteRiver: &sqliteRiver{}}, engine, riversqlite.New(engine.DB()), opts)
 }
 
-func newStore[TTx any](t testing.TB, store *Store, engine db.Engine[TTx], opts []Option) *Store {
+func newStore[TTx any](t testing.TB, store *Store, engine db.Engine[TTx], driver riverdriver.Driver[TTx], opts []Option) *Store {
 	t.Helper()
 
-	config := &db.StoreConfig{Logger: Logger(t)}
+	config := &riverstore.Config{Logger: Logger(t)}
 	for _, opt := range opts {
 		opt(config)
 	}
-	s, err := db.NewStore(engine, config)
+	s, _, err := riverstore.New(engine, driver, config)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, s.Close()) })
 	store.Store = s
@@ -157,4 +165,33 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b) // never fails, per crypto/rand
 	return hex.EncodeToString(b)
+}
+
+// SQLiteOrPostgresDB is a *sql.DB on the store's database: the SQLite engine's own, or one over
+// the PostgreSQL engine's pool, closed when t ends.
+func (s *Store) SQLiteOrPostgresDB(t testing.TB) *sql.DB {
+	t.Helper()
+
+	if s.SQLite != nil {
+		return s.SQLite.DB()
+	}
+	sqlDB := stdlib.OpenDBFromPool(s.Postgres.Pool())
+	t.Cleanup(func() { _ = sqlDB.Close() })
+	return sqlDB
+}
+
+// MigrateRevision2 brings the empty database behind sqlDB (engine "postgres" or "sqlite") to
+// version of the history postguard ran before revision 3 (7: revision 2's last), as it ran it:
+// goose, the very migration files, in goose's default table. Revision 3's MigrateTables upgrades
+// such a database in place (db.MigrateOpts.Revision2Table).
+func MigrateRevision2(t testing.TB, sqlDB *sql.DB, engine string, version int64) {
+	t.Helper()
+
+	dialect := map[string]goose.Dialect{"postgres": goose.DialectPostgres, "sqlite": goose.DialectSQLite3}[engine]
+	migrations, err := fs.Sub(db.Migrations, "migrations/"+engine+"/revision2")
+	require.NoError(t, err)
+	provider, err := goose.NewProvider(dialect, sqlDB, migrations, goose.WithDisableGlobalRegistry(true), goose.WithSlog(Logger(t)))
+	require.NoError(t, err)
+	_, err = provider.UpTo(t.Context(), version)
+	require.NoError(t, err)
 }

@@ -3,6 +3,7 @@ package dbtest
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -16,10 +17,11 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/postguard/postguard/db"
 	"github.com/postguard/postguard/db/postgres"
+	"github.com/postguard/postguard/internal/riverstore"
 )
 
 // DatabaseURLDefault is the Postgres tests use when TEST_DATABASE_URL is unset.
@@ -189,12 +191,13 @@ func newEmptySchemaURL(t testing.TB) string {
 
 // openDiscarding opens an insert-only store on databaseURL that logs nothing, to migrate or check
 // a schema between tests.
-func openDiscarding(ctx context.Context, databaseURL string) (db.Store, error) {
+func openDiscarding(ctx context.Context, databaseURL string) (riverstore.Store, error) {
 	engine, err := postgres.NewEngine(ctx, databaseURL, &postgres.Config{Logger: discardLogger})
 	if err != nil {
 		return nil, err
 	}
-	return db.NewStore(engine, &db.StoreConfig{Logger: discardLogger})
+	store, _, err := riverstore.New(engine, riverpgxv5.New(engine.Pool()), &riverstore.Config{Logger: discardLogger})
+	return store, err
 }
 
 // admin is the process's connection to TEST_DATABASE_URL, made once.
@@ -214,19 +217,23 @@ type adminDB struct {
 	next     int       // number of the next schema name to try
 }
 
-// adminConnect connects (and checks) the process's admin connections once. When Postgres is
-// unreachable, t skips, or fails under CI=true.
-func adminConnect(t testing.TB) *adminDB {
-	t.Helper()
-
+// connectAdmin makes the process's admin connections, once, and returns why it could not.
+func connectAdmin() error {
 	adminOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 
 		admin, adminErr = newAdminDB(ctx)
 	})
+	return adminErr
+}
 
-	if adminErr != nil {
+// adminConnect connects (and checks) the process's admin connections once. When Postgres is
+// unreachable, t skips, or fails under CI=true.
+func adminConnect(t testing.TB) *adminDB {
+	t.Helper()
+
+	if connectAdmin() != nil {
 		msg := fmt.Sprintf("PostgreSQL unreachable at %s: %s (set TEST_DATABASE_URL; under CI=true this fails)",
 			redact(databaseURL()), adminErr)
 		if os.Getenv("CI") == "true" {
@@ -290,7 +297,8 @@ func (a *adminDB) emptySchema(ctx context.Context, schema string) error {
 			SELECT tablename
 			FROM pg_tables
 			WHERE schemaname = $1
-				AND tablename NOT IN ('goose_db_version', 'river_migration')
+				AND tablename NOT LIKE '%\_db\_version'
+				AND tablename <> 'river_migration'
 			ORDER BY tablename`, schema)
 		if err != nil {
 			return err
@@ -441,4 +449,42 @@ func withSearchPath(databaseURL, schema string) string {
 	// Encode writes spaces as '+', which pgx does not read back as spaces; %20 both do.
 	u.RawQuery = strings.ReplaceAll(query.Encode(), "+", "%20")
 	return u.String()
+}
+
+// MainWithPostgres runs m, the tests and examples of a package whose runnable examples need
+// PostgreSQL (db/postgres's): it gives the examples DATABASE_URL, TEST_DATABASE_URL with its
+// search_path set to a new, empty schema, dropped once they ran. Without PostgreSQL the tests
+// skip (or fail, under CI=true) as everywhere, and the examples are left out, saying why; under
+// CI=true the package fails. Call it from TestMain: os.Exit(dbtest.MainWithPostgres(m)).
+func MainWithPostgres(m *testing.M) int {
+	flag.Parse()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	if err := connectAdmin(); err != nil {
+		if os.Getenv("CI") == "true" {
+			fmt.Fprintf(os.Stderr, "dbtest: PostgreSQL at %s is unreachable under CI=true: %v\n", redact(databaseURL()), err)
+			return 1
+		}
+		fmt.Printf("dbtest: the examples need PostgreSQL at %s (TEST_DATABASE_URL), unreachable: left out (%v)\n", redact(databaseURL()), err)
+		if run := flag.Lookup("test.run"); run != nil && run.Value.String() == "" {
+			_ = run.Value.Set("^(Test|Fuzz)") // examples match -test.run too
+		}
+		return m.Run()
+	}
+	schema := schemaPrefix + "example_" + randomHex(8)
+	if _, err := admin.pool.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize()); err != nil {
+		fmt.Fprintf(os.Stderr, "dbtest: error creating the examples' schema: %v\n", err)
+		return 1
+	}
+	defer func() {
+		if err := admin.dropSchema(context.WithoutCancel(ctx), schema); err != nil {
+			fmt.Fprintf(os.Stderr, "dbtest: error dropping the examples' schema %s: %v\n", schema, err)
+		}
+	}()
+	if err := os.Setenv("DATABASE_URL", withSearchPath(databaseURL(), schema)); err != nil {
+		fmt.Fprintf(os.Stderr, "dbtest: %v\n", err)
+		return 1
+	}
+	return m.Run()
 }
