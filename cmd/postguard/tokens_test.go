@@ -112,6 +112,14 @@ func startTokenServer(t *testing.T, engine *tokenEngine, fake *resendfake.Server
 	return &tokenServer{runningServer: startServer(t, service.RoleServe, env), fake: fake}
 }
 
+// waitForPrune waits until the prune job that every start runs has run, so that it has taken its
+// job id before the test inserts any: the ids of the jobs that follow are the same on every run.
+func (s *tokenServer) waitForPrune(t *testing.T) {
+	t.Helper()
+	require.Eventually(t, func() bool { return strings.Contains(s.Logs.String(), "prune done") },
+		30*time.Second, 10*time.Millisecond, "the prune job of the start did not run; logs:\n%s", s.Logs)
+}
+
 // post sends a JSON body and returns the status.
 func (s *tokenServer) post(t *testing.T, path string, body any) int {
 	t.Helper()
@@ -233,6 +241,7 @@ func TestServe_RecreatedDatabaseIssuesNewLinks(t *testing.T) {
 		fake := resendfake.New(t, nil) // one Resend, before and after: it remembers keys
 
 		server := startTokenServer(t, engine, fake)
+		server.waitForPrune(t)
 		server.register(t, "alice@example.com")
 		aliceLink := server.forgotPassword(t, "alice@example.com")
 		require.NoError(t, server.stop(t))
@@ -241,6 +250,7 @@ func TestServe_RecreatedDatabaseIssuesNewLinks(t *testing.T) {
 		engine.recreate(t)
 
 		server = startTokenServer(t, engine, fake)
+		server.waitForPrune(t)
 		server.register(t, "bob@example.com")
 		bobLink := server.forgotPassword(t, "bob@example.com")
 
