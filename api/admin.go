@@ -86,6 +86,9 @@ type adminMessage struct {
 	FailedAt     *time.Time   `json:"failed_at"`
 	Bounce       *adminBounce `json:"bounce"`
 	UpdatedAt    time.Time    `json:"updated_at"`
+	// TraceID is the id of the trace the mail belongs to (the request that caused it, each
+	// attempt, its webhook events' links), when tracing was on; null otherwise.
+	TraceID *string `json:"trace_id"`
 }
 
 type adminBounce struct {
@@ -163,6 +166,12 @@ func (s *server) adminUserMessages(c *gin.Context) error {
 			SuppressedAt:    m.SuppressedAt,
 			FailedAt:        m.FailedAt,
 			UpdatedAt:       m.UpdatedAt,
+		}
+		if m.TraceParent != nil {
+			if mailTrace := spanContextOf(*m.TraceParent); mailTrace.IsValid() {
+				traceID := mailTrace.TraceID().String()
+				out[i].TraceID = &traceID
+			}
 		}
 		if m.BounceType != nil || m.BounceSubType != nil {
 			out[i].Bounce = &adminBounce{Type: m.BounceType, SubType: m.BounceSubType}

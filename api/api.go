@@ -32,6 +32,8 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/postguard/postguard/api/abuse"
 	"github.com/postguard/postguard/internal/riverstore"
@@ -132,6 +134,11 @@ type Config struct {
 	// DefaultRequestTimeout when zero.
 	RequestTimeout time.Duration
 
+	// TracerProvider, when set, traces every request but the probes and scrapes (/healthz,
+	// /readyz, /metrics) in a span of its own, named by its route pattern, and each webhook event
+	// in a span linked to its mail's trace (see traceRequest). nil installs no tracing at all.
+	TracerProvider trace.TracerProvider
+
 	// noUniformHold, for this package's benchmarks only, answers forgot-password and
 	// resend-verification without their uniform hold, so that ns/op is their work.
 	noUniformHold bool
@@ -160,6 +167,10 @@ type server struct {
 	// unset. events counts their events.
 	webhooks *mail.ResendWebhookVerifier
 	events   *prometheus.CounterVec
+
+	// tracer starts the requests' and the webhook events' spans; a no-op one without
+	// Config.TracerProvider.
+	tracer trace.Tracer
 
 	gatherer prometheus.Gatherer
 
@@ -357,6 +368,10 @@ func newServer(config *Config) (*server, *gin.Engine, error) {
 	if s.now == nil {
 		s.now = time.Now
 	}
+	s.tracer = noop.NewTracerProvider().Tracer(tracerScope)
+	if config.TracerProvider != nil {
+		s.tracer = config.TracerProvider.Tracer(tracerScope)
+	}
 
 	gin.SetMode(gin.ReleaseMode)
 	engine := gin.New() // never gin.Default(): its logger prints raw query strings (tokens)
@@ -380,6 +395,9 @@ func newServer(config *Config) (*server, *gin.Engine, error) {
 	engine.RedirectFixedPath = false
 	engine.HandleMethodNotAllowed = true
 
+	if config.TracerProvider != nil {
+		engine.Use(s.traceRequest) // first, so that its span holds the whole request
+	}
 	engine.Use(
 		s.requestID,
 		s.observe,

@@ -10,6 +10,10 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/postguard/postguard/db"
 	"github.com/postguard/postguard/email"
@@ -76,13 +80,21 @@ func (s *server) resendWebhook(c *gin.Context) error {
 		return badRequest("The body is not a Resend webhook event.", err)
 	}
 
-	outcome, err := s.applyEvent(c.Request.Context(), svixID, event)
-	if err != nil {
-		return err
-	}
 	typeLabel := event.Type
 	if _, ok := eventStatus[typeLabel]; !ok {
 		typeLabel = eventTypeOther
+	}
+	ctx, span := s.tracer.Start(c.Request.Context(), "resend.webhook "+typeLabel,
+		trace.WithAttributes(attrEventType.String(typeLabel), attrEmailID.String(event.EmailID)))
+	defer span.End()
+	outcome, traceParent, err := s.applyEvent(ctx, svixID, event)
+	if err != nil {
+		span.SetStatus(codes.Error, "")
+		return err
+	}
+	span.SetAttributes(attrEventOutcome.String(outcome))
+	if mailTrace := spanContextOf(traceParent); mailTrace.IsValid() {
+		span.AddLink(trace.Link{SpanContext: mailTrace})
 	}
 	s.events.WithLabelValues(typeLabel, outcome).Inc()
 	c.Status(http.StatusNoContent)
@@ -90,12 +102,12 @@ func (s *server) resendWebhook(c *gin.Context) error {
 }
 
 // applyEvent applies a verified event in one transaction and says what it did (an Event*
-// outcome): it records the delivery's svix-id (a replay stops there), finds the message by the
+// outcome), and the traceparent of the message's trace ("" for none): it records the delivery's svix-id (a replay stops there), finds the message by the
 // event's email id (locked until the transaction ends, so two events of one mail apply one after
 // the other), merges the event into its lifecycle (email.Record), and puts the recipients'
 // addresses on the suppression list when the policy says so (email.Suppression). The
 // transaction either does all of it or nothing, and on error Resend retries the delivery.
-func (s *server) applyEvent(ctx context.Context, svixID string, event *mail.ResendEvent) (string, error) {
+func (s *server) applyEvent(ctx context.Context, svixID string, event *mail.ResendEvent) (outcome, traceParent string, _ error) {
 	status, followed := eventStatus[event.Type]
 	// The databases keep microseconds; compare what they keep.
 	ev := &email.Event{Status: status, At: event.CreatedAt.Truncate(time.Microsecond)}
@@ -107,7 +119,6 @@ func (s *server) applyEvent(ctx context.Context, svixID string, event *mail.Rese
 	}
 	now := s.now()
 
-	var outcome string
 	err := s.store.InTx(ctx, func(ctx context.Context, tx riverstore.Tx) error {
 		if err := tx.WebhookEventInsert(ctx, svixID, now); err != nil {
 			if errors.Is(err, db.ErrExists) {
@@ -128,6 +139,9 @@ func (s *server) applyEvent(ctx context.Context, svixID string, event *mail.Rese
 		if err != nil {
 			return err
 		}
+		if message.TraceParent != nil {
+			traceParent = *message.TraceParent
+		}
 
 		outcome = EventOutOfOrder
 		if email.Record(message, ev) {
@@ -139,9 +153,26 @@ func (s *server) applyEvent(ctx context.Context, svixID string, event *mail.Rese
 		return s.suppressRecipients(ctx, tx, event, ev, now)
 	})
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
-	return outcome, nil
+	return outcome, traceParent, nil
+}
+
+// Attributes of a webhook event's span: what Resend's event is about and what it did, never its
+// recipients.
+const (
+	attrEventType    = attribute.Key("postguard.webhook.event_type")
+	attrEventOutcome = attribute.Key("postguard.webhook.outcome")
+	attrEmailID      = attribute.Key("postguard.email.provider_id")
+)
+
+// spanContextOf is the span context a W3C traceparent names; invalid for "" or a malformed one.
+func spanContextOf(traceParent string) trace.SpanContext {
+	if traceParent == "" {
+		return trace.SpanContext{}
+	}
+	ctx := propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier{"traceparent": traceParent})
+	return trace.SpanContextFromContext(ctx)
 }
 
 // suppressRecipients puts the recipients of event on the suppression list when the policy says

@@ -3,6 +3,7 @@ package db_test
 import (
 	"context"
 	"database/sql"
+	"io/fs"
 	"regexp"
 	"strings"
 	"testing"
@@ -181,8 +182,15 @@ func TestTables_MigrateTablesRevision2(t *testing.T) {
 			require.Equal(t, freshSchema(t), schema(t, host), "an upgraded database is a new one")
 			require.Equal(t, revision2Versions, gooseVersions(t, host.sqlDB, db.Revision2GooseTable), "revision 2's history is left as it was")
 			for _, part := range db.Parts() {
-				// The first migration recorded as applied, the later ones run.
-				require.Equal(t, []int64{0, 1, 2}, gooseVersions(t, host.sqlDB, part.GooseTable()), part)
+				// The first migration recorded as applied, the later ones run: every one of the
+				// part's files.
+				files, err := fs.Glob(db.Migrations, "migrations/"+host.tables.Engine()+"/"+string(part)+"/*.sql")
+				require.NoError(t, err)
+				want := []int64{0}
+				for i := range files {
+					want = append(want, int64(i+1))
+				}
+				require.Equal(t, want, gooseVersions(t, host.sqlDB, part.GooseTable()), part)
 			}
 		})
 

@@ -447,6 +447,8 @@ func TestStore_EmailToken(t *testing.T) {
 func TestStore_EmailMessage(t *testing.T) {
 	t.Parallel()
 
+	traceParent := "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
 	dbtest.Engines(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
 		insert := func(ctx context.Context, t *testing.T, store db.Tables, jobID int64, key string, at time.Time) *db.EmailMessage {
 			t.Helper()
@@ -459,8 +461,10 @@ func TestStore_EmailMessage(t *testing.T) {
 				Now:            at,
 				Locale:         "fr",
 				PayloadSHA256:  bytes.Repeat([]byte{1}, 32),
+				TraceParent:    &traceParent,
 			})
 			require.NoError(t, err)
+			require.Equal(t, traceParent, *message.TraceParent)
 			return message
 		}
 

@@ -76,6 +76,10 @@ type EmailMessage struct {
 	// it alone, never to another provider, which could deliver the mail a second time. nil when
 	// no provider may hold the mail unaccepted.
 	ProviderInDoubt *string
+	// TraceParent is the W3C traceparent of the mail's trace (the insert of its job, as the job's
+	// metadata carried it to its first attempt), which the webhook's spans link to; nil when
+	// tracing was off.
+	TraceParent *string
 }
 
 // EmailMessageMarkAcceptedParams record that a provider accepted a job's message.
@@ -199,6 +203,8 @@ type EmailMessageInsertParams struct {
 	Now            time.Time
 	Locale         string
 	PayloadSHA256  []byte
+	// TraceParent is the W3C traceparent in the job's metadata; nil without one.
+	TraceParent *string
 }
 
 // EmailMessageRekeyParams are a job's new idempotency key and what is sent under it.

@@ -61,6 +61,19 @@ type jobMetadata struct {
 	// PacerSlotProvider is the provider of PacerSlotUS; "" for a slot kept before there were
 	// several, which was Resend's (DefaultProviderName).
 	PacerSlotProvider string `json:"pacer_slot_provider"`
+	// TraceParent is the W3C traceparent of the job's insert, which a River middleware that
+	// traces (otelriver's, with trace propagation) wrote there: the trace the mail belongs to,
+	// kept on its message row for the webhook's spans to link to. "" without one.
+	TraceParent string `json:"traceparent"`
+}
+
+// traceParent is a job's traceparent as its message row keeps it: nil for none, or for one
+// that is not the 55 characters of a version-00 traceparent (nothing else belongs there).
+func traceParent(value string) *string {
+	if len(value) != len("00-")+32+len("-")+16+len("-")+2 {
+		return nil
+	}
+	return &value
 }
 
 func parseJobMetadata(raw []byte) jobMetadata {
@@ -416,6 +429,7 @@ func (m *mailer) start(a *attempt, user *Recipient, spec *emailSpec, now time.Ti
 			Now:            now,
 			Locale:         locale,
 			PayloadSHA256:  digest,
+			TraceParent:    traceParent(a.meta.TraceParent),
 		}); err != nil {
 			return err
 		}

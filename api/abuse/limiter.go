@@ -106,6 +106,10 @@ type LimiterConfig struct {
 	// postguard_rate_limit_decisions_total{action,scope,outcome} and
 	// postguard_rate_limit_device_tokens_total{action,outcome}.
 	Metrics Metrics
+
+	// Tracer, when set, is told of each call that may go to the store (a span per call:
+	// abuseotel.NewTracer). nil traces none, at no cost.
+	Tracer Tracer
 }
 
 // Metrics counts a Limiter's decisions, in whichever metrics system the caller uses. NewLimiter
@@ -144,6 +148,7 @@ type Limiter struct {
 	deviceTTL time.Duration
 	now       func() time.Time
 	denied    *denyCache // nil when disabled
+	tracer    Tracer     // nil without LimiterConfig.Tracer
 	actions   map[Action]actionRules
 	rules     Rules
 	// deviceCounters count the device tokens requests carried, by action and outcome; empty
@@ -189,6 +194,7 @@ func NewLimiter(store Consumer, secret []byte, rules Rules, config *LimiterConfi
 		now:       config.NowFunc,
 		actions:   make(map[Action]actionRules),
 		rules:     rules,
+		tracer:    config.Tracer,
 
 		deviceCounters: make(map[Action]map[deviceOutcome]Counter),
 	}
@@ -313,7 +319,9 @@ func (d *Decision) SetHeaders(h http.Header) {
 // rule is an error. Allow returns an error only when the store fails (wrapped); the caller
 // chooses whether to fail open or closed.
 func (l *Limiter) Allow(ctx context.Context, action Action, subject Subject) (*Decision, error) {
-	decision, _, err := l.allow(ctx, action, subject, false)
+	ctx = l.traceStart(ctx, CallAllow, action)
+	decision, _, roundTrip, err := l.allow(ctx, action, subject, false)
+	l.traceEnd(ctx, roundTrip, decision, err)
 	return decision, err
 }
 
@@ -322,7 +330,10 @@ func (l *Limiter) Allow(ctx context.Context, action Action, subject Subject) (*D
 // subject.Email is empty. A route that acts on an account only when its email's budget admitted
 // (forgot-password, resend-verification) then costs one round trip, not two.
 func (l *Limiter) AllowUser(ctx context.Context, action Action, subject Subject) (*Decision, *db.User, error) {
-	return l.allow(ctx, action, subject, subject.Email != "")
+	ctx = l.traceStart(ctx, CallAllowUser, action)
+	decision, user, roundTrip, err := l.allow(ctx, action, subject, subject.Email != "")
+	l.traceEnd(ctx, roundTrip, decision, err)
+	return decision, user, err
 }
 
 // chained is a rule of a request's chain, with its window and key.
@@ -354,12 +365,13 @@ func (l *Limiter) chainOf(action Action, subject Subject, now time.Time) (chain 
 	return chain, n, nil, nil
 }
 
-// allow is Allow, reading subject.Email's user with the checks when lookup is set.
-func (l *Limiter) allow(ctx context.Context, action Action, subject Subject, lookup bool) (*Decision, *db.User, error) {
+// allow is Allow, reading subject.Email's user with the checks when lookup is set; roundTrip says
+// it went to the store.
+func (l *Limiter) allow(ctx context.Context, action Action, subject Subject, lookup bool) (_ *Decision, _ *db.User, roundTrip bool, _ error) {
 	now := l.now()
 	chain, n, cachedRefusal, err := l.chainOf(action, subject, now)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, false, err
 	}
 
 	var result *db.RateLimitCounterChainResult
@@ -378,7 +390,7 @@ func (l *Limiter) allow(ctx context.Context, action Action, subject Subject, loo
 		}
 		params.Device = l.deviceOf(action, subject, chain[:n], now)
 		if result, err = l.store.RateLimitCounterConsumeChain(ctx, params); err != nil {
-			return nil, nil, fmt.Errorf("error consuming rate limits of %s: %w", action, err)
+			return nil, nil, true, fmt.Errorf("error consuming rate limits of %s: %w", action, err)
 		}
 		l.countDevice(action, params.Device, result.DeviceTrusted)
 	}
@@ -390,9 +402,9 @@ func (l *Limiter) allow(ctx context.Context, action Action, subject Subject, loo
 		return max(chain[i].rule.Limit-result.Counts[i], 0), true
 	})
 	if !decision.Allowed || result == nil {
-		return decision, nil, nil
+		return decision, nil, n > 0, nil
 	}
-	return decision, result.User, nil
+	return decision, result.User, true, nil
 }
 
 // decision answers a request from what its chain of rules found (chain, then cachedRefusal):
@@ -453,17 +465,25 @@ func (l *Limiter) decision(chain []chained, cachedRefusal *chained, now time.Tim
 // grow within a window, and only Clear and Refund (which forget their own process's entries)
 // bring one down sooner.
 func (l *Limiter) Peek(ctx context.Context, action Action, subject Subject) (*Decision, error) {
+	ctx = l.traceStart(ctx, CallPeek, action)
+	decision, roundTrip, err := l.peek(ctx, action, subject)
+	l.traceEnd(ctx, roundTrip, decision, err)
+	return decision, err
+}
+
+// peek is Peek; roundTrip says it went to the store.
+func (l *Limiter) peek(ctx context.Context, action Action, subject Subject) (_ *Decision, roundTrip bool, _ error) {
 	now := l.now()
 	chain, n, cachedRefusal, err := l.chainOf(action, subject, now)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	var counts []int64
 	if n > 0 {
 		params := &db.RateLimitCounterWindowsParams{Windows: windowsOf(chain[:n]), Device: l.deviceOf(action, subject, chain[:n], now)}
 		result, err := l.store.RateLimitCounterGetMany(ctx, params)
 		if err != nil {
-			return nil, fmt.Errorf("error reading rate limits of %s: %w", action, err)
+			return nil, true, fmt.Errorf("error reading rate limits of %s: %w", action, err)
 		}
 		l.countDevice(action, params.Device, result.DeviceTrusted)
 		counts = result.Counts
@@ -471,7 +491,7 @@ func (l *Limiter) Peek(ctx context.Context, action Action, subject Subject) (*De
 
 	return l.decision(chain[:n], cachedRefusal, now, false, func(i int) (int64, bool) {
 		return chain[i].rule.Limit - counts[i], counts[i] < chain[i].rule.Limit
-	}), nil
+	}), n > 0, nil
 }
 
 // Refund gives one request back to each of the subject's current windows of action, for the
@@ -485,7 +505,10 @@ func (l *Limiter) Peek(ctx context.Context, action Action, subject Subject) (*De
 // every process sees a refund at once). An action without any rule is an error, as is a store
 // failure.
 func (l *Limiter) Refund(ctx context.Context, action Action, subject Subject) error {
-	return l.each(ctx, action, subject, "refunding", l.store.RateLimitCounterRefund)
+	ctx = l.traceStart(ctx, CallRefund, action)
+	roundTrip, err := l.each(ctx, action, subject, "refunding", l.store.RateLimitCounterRefund)
+	l.traceEnd(ctx, roundTrip, nil, err)
+	return err
 }
 
 // Clear deletes the subject's counters of action's current windows, for the scopes the subject
@@ -498,15 +521,19 @@ func (l *Limiter) Refund(ctx context.Context, action Action, subject Subject) er
 // failure. Refusals of built-in actions cached by other processes sharing the database stay
 // until their window ends; custom actions' are never cached (LimiterConfig.DenyCacheSize).
 func (l *Limiter) Clear(ctx context.Context, action Action, subject Subject) error {
-	return l.each(ctx, action, subject, "clearing", l.store.RateLimitCounterDeleteMany)
+	ctx = l.traceStart(ctx, CallClear, action)
+	roundTrip, err := l.each(ctx, action, subject, "clearing", l.store.RateLimitCounterDeleteMany)
+	l.traceEnd(ctx, roundTrip, nil, err)
+	return err
 }
 
 // each runs a statement of Refund or Clear (doing says which) over the subject's named windows of
-// action, then forgets this process's cached refusals of them.
-func (l *Limiter) each(ctx context.Context, action Action, subject Subject, doing string, statement func(ctx context.Context, params *db.RateLimitCounterWindowsParams) (bool, error)) error {
+// action, then forgets this process's cached refusals of them; roundTrip says it went to the
+// store.
+func (l *Limiter) each(ctx context.Context, action Action, subject Subject, doing string, statement func(ctx context.Context, params *db.RateLimitCounterWindowsParams) (bool, error)) (roundTrip bool, _ error) {
 	rules, ok := l.actions[action]
 	if !ok {
-		return fmt.Errorf("no rate-limit rule for action %q", action)
+		return false, fmt.Errorf("no rate-limit rule for action %q", action)
 	}
 	now := l.now()
 	var named []chained
@@ -516,12 +543,12 @@ func (l *Limiter) each(ctx context.Context, action Action, subject Subject, doin
 		}
 	}
 	if len(named) == 0 {
-		return nil
+		return false, nil
 	}
 	params := &db.RateLimitCounterWindowsParams{Windows: windowsOf(named), Device: l.deviceOf(action, subject, named, now)}
 	trusted, err := statement(ctx, params)
 	if err != nil {
-		return fmt.Errorf("error %s rate limits of %s: %w", doing, action, err)
+		return true, fmt.Errorf("error %s rate limits of %s: %w", doing, action, err)
 	}
 	l.countDevice(action, params.Device, trusted)
 	for _, c := range named {
@@ -529,7 +556,7 @@ func (l *Limiter) each(ctx context.Context, action Action, subject Subject, doin
 			denied.remove(c.key, c.win.start)
 		}
 	}
-	return nil
+	return true, nil
 }
 
 // windowsOf are the windows of chain, as the store takes them.
@@ -550,10 +577,15 @@ func (l *Limiter) IssueDevice(ctx context.Context, action Action, key string) (s
 	if err := l.deviceAction(action, key); err != nil {
 		return "", err
 	}
+	ctx = l.traceStart(ctx, CallIssueDevice, action)
 	revocation := l.keys.revocationKey(action, key)
 	since, err := l.store.RateLimitDeviceRevocationGet(ctx, revocation[:])
 	if err != nil {
-		return "", fmt.Errorf("error issuing a device of %s: %w", action, err)
+		err = fmt.Errorf("error issuing a device of %s: %w", action, err)
+	}
+	l.traceEnd(ctx, true, nil, err)
+	if err != nil {
+		return "", err
 	}
 	t := deviceToken{issuedAt: l.now(), since: since}
 	_, _ = rand.Read(t.id[:]) // never fails (crypto/rand)
@@ -568,11 +600,14 @@ func (l *Limiter) RevokeDevices(ctx context.Context, action Action, key string) 
 	if err := l.deviceAction(action, key); err != nil {
 		return err
 	}
+	ctx = l.traceStart(ctx, CallRevokeDevices, action)
 	revocation := l.keys.revocationKey(action, key)
-	if err := l.store.RateLimitDeviceRevocationUpsert(ctx, revocation[:]); err != nil {
-		return fmt.Errorf("error revoking devices of %s: %w", action, err)
+	err := l.store.RateLimitDeviceRevocationUpsert(ctx, revocation[:])
+	if err != nil {
+		err = fmt.Errorf("error revoking devices of %s: %w", action, err)
 	}
-	return nil
+	l.traceEnd(ctx, true, nil, err)
+	return err
 }
 
 // deviceAction checks that action's devices of key can count something.

@@ -21,6 +21,7 @@ import (
 
 	"github.com/postguard/postguard/api/abuse"
 	"github.com/postguard/postguard/cmd/internal/service"
+	"github.com/postguard/postguard/cmd/internal/telemetry"
 	"github.com/postguard/postguard/jobs"
 	"github.com/postguard/postguard/jobs/mail"
 	"github.com/postguard/postguard/tokens"
@@ -107,6 +108,11 @@ func loadConfig(environ []string) (*config, error) {
 		p.fail("RIVERUI_PASSWORD", "RIVERUI_USERNAME and RIVERUI_PASSWORD must be set together (River UI is not mounted when both are unset)")
 	}
 	p.secretsDiffer("APP_SECRET", "ADMIN_TOKEN", "LIMITS_API_TOKEN", "RIVERUI_PASSWORD")
+	// OpenTelemetry's variables are OpenTelemetry's to read (telemetry.New, at the server's
+	// start); checked here, so that a bad one is named with every other.
+	if _, err := telemetry.ParseEnv(getenv); err != nil {
+		p.errs = append(p.errs, err)
+	}
 
 	if len(p.errs) > 0 {
 		return nil, errors.Join(p.errs...)

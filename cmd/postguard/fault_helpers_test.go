@@ -20,10 +20,12 @@ const faultSecret = "fault-test-secret-0123456789abcdef"
 // process is the postguard binary running as a child process (kill -9 and SIGTERM tests).
 type process struct {
 	cmd  *exec.Cmd
-	URL  string        // http://HTTP_ADDR once it serves
-	Logs *syncBuffer   // its stderr: JSON log lines
-	done chan struct{} // closed once it exited; then err is its exit
-	err  error
+	URL  string      // http://HTTP_ADDR once it serves
+	Logs *syncBuffer // its stderr: JSON log lines
+	// Stdout is its standard output: nothing, unless OTEL_TRACES_EXPORTER=console writes spans.
+	Stdout *syncBuffer
+	done   chan struct{} // closed once it exited; then err is its exit
+	err    error
 }
 
 // startProcess runs `postguard <command>` with exactly env (plus JSON logs on a free port) and
@@ -40,9 +42,10 @@ func startProcess(t *testing.T, command string, env map[string]string) *process 
 	}
 	stderr, err := cmd.StderrPipe()
 	require.NoError(t, err)
+	p := &process{cmd: cmd, Logs: &syncBuffer{}, Stdout: &syncBuffer{}, done: make(chan struct{})}
+	cmd.Stdout = p.Stdout
 	require.NoError(t, cmd.Start())
 
-	p := &process{cmd: cmd, Logs: &syncBuffer{}, done: make(chan struct{})}
 	ready := make(chan string, 1)
 	go func() {
 		// Copy the log, watching for the line that says the process serves.

@@ -14,6 +14,7 @@ import (
 	"github.com/postguard/postguard/api"
 	"github.com/postguard/postguard/api/abuse"
 	"github.com/postguard/postguard/cmd/internal/service"
+	"github.com/postguard/postguard/cmd/internal/telemetry"
 )
 
 // serverCommand runs the HTTP server and/or River's workers until the context ends (SIGTERM),
@@ -39,9 +40,15 @@ func (c *serverCommand) Run(ctx context.Context, env *commandEnv) error {
 	if err != nil {
 		return err
 	}
-	svc, err := service.New(ctx, cfg, logger, c.role, &service.Opts{APIConfigFunc: c.apiConfigFunc})
+	// Tracing is on when an OTEL_ variable turns it on (telemetry.New); the spans still buffered
+	// at SIGTERM are flushed once HTTP and River have drained.
+	tel, err := telemetry.New(ctx, &telemetry.Opts{Getenv: newEnvParser(env.Environ).getenv, Logger: logger})
 	if err != nil {
-		return err
+		return fmt.Errorf("configuration error:\n%w", err)
+	}
+	svc, err := service.New(ctx, cfg, logger, c.role, &service.Opts{APIConfigFunc: c.apiConfigFunc, Telemetry: tel})
+	if err != nil {
+		return errors.Join(err, tel.Shutdown(ctx))
 	}
 	defer svc.Close()
 
@@ -85,6 +92,9 @@ func (c *serverCommand) Run(ctx context.Context, env *commandEnv) error {
 	if c.role.Works() && cfg.SMTPURL != nil && slices.Contains(cfg.Mailers, service.MailerSMTP) {
 		started = append(started, slog.String("smtp_url", cfg.SMTPURL.Redacted())) // never the password
 	}
+	if tel.Enabled() {
+		started = append(started, slog.String("traces", tel.Exporter()))
+	}
 	if metricsServer != nil {
 		go func() { serveErr <- metricsServer.Serve(metricsListener) }()
 		started = append(started, slog.String("metrics_addr", metricsListener.Addr().String()))
@@ -109,7 +119,16 @@ func (c *serverCommand) Run(ctx context.Context, env *commandEnv) error {
 	case err := <-serveErr:
 		runErr = fmt.Errorf("error serving HTTP: %w", err)
 	}
-	return errors.Join(runErr, c.shutdown(riverCtx, svc, server, metricsServer))
+	shutdownErr := c.shutdown(riverCtx, svc, server, metricsServer)
+	return errors.Join(runErr, shutdownErr, flushTraces(riverCtx, svc, tel))
+}
+
+// flushTraces exports the spans tracing still holds, within SHUTDOWN_TIMEOUT: after HTTP and
+// River have drained, so that the last requests' and jobs' spans are among them.
+func flushTraces(ctx context.Context, svc *service.Service, tel *telemetry.Telemetry) error {
+	flushCtx, cancel := context.WithTimeout(ctx, svc.Config.ShutdownTimeout)
+	defer cancel()
+	return tel.Shutdown(flushCtx)
 }
 
 // customActions lists the rules' custom actions, comma-separated ("" for none).

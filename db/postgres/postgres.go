@@ -52,6 +52,11 @@ type Config struct {
 	// RateLimitMaxConns connections, closed by Close. Give the main pool itself to make no
 	// second pool (the counters' commits then wait for their WAL flush, as everything else's).
 	RateLimitPool *pgxpool.Pool
+
+	// Tracer, with NewEngine, is told of every statement on both pools (pgx's QueryTracer; a
+	// pgxpool.AcquireTracer too, if it is one): an OpenTelemetry tracer such as otelpgx's, to time
+	// them in the trace of the request or job that runs them. nil traces none.
+	Tracer pgx.QueryTracer
 }
 
 // Engine is the PostgreSQL db.Engine.
@@ -91,6 +96,9 @@ func NewEngine(ctx context.Context, databaseURL string, config *Config) (*Engine
 	if poolConfig.ConnConfig.ConnectTimeout == 0 {
 		// What pgconn does for connect_timeout: the whole attempt (dial, TLS, start-up) shares it.
 		poolConfig.ConnConfig.ConnectTimeout = cmp.Or(config.ConnectTimeout, ConnectTimeoutDefault)
+	}
+	if config.Tracer != nil {
+		poolConfig.ConnConfig.Tracer = config.Tracer // the counters' pool is a copy of this one
 	}
 	poolConfig.AfterConnect = scanTimesInUTC
 	poolConfig.PrepareConn = checkConn

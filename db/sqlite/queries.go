@@ -172,6 +172,7 @@ func (q *queries) EmailMessageInsert(ctx context.Context, params *db.EmailMessag
 		Now:            us(params.Now),
 		Locale:         params.Locale,
 		PayloadSHA256:  params.PayloadSHA256,
+		TraceParent:    params.TraceParent,
 	})
 	if errors.Is(err, sql.ErrNoRows) { // ON CONFLICT DO NOTHING
 		return nil, fmt.Errorf("error inserting email message of job %d: %w", params.JobID, db.ErrExists)
@@ -310,6 +311,7 @@ func emailMessage(row *dbsqlc.EmailMessage, err error, doing string) (*db.EmailM
 		PayloadSHA256:   row.PayloadSHA256,
 		Provider:        row.Provider,
 		ProviderInDoubt: row.ProviderInDoubt,
+		TraceParent:     row.TraceParent,
 	}, nil
 }
 

@@ -48,6 +48,10 @@ type Config struct {
 	// fails with SQLITE_BUSY (db.ErrUnavailable). Defaults to BusyTimeoutDefault; at least a
 	// millisecond.
 	BusyTimeout time.Duration
+
+	// Tracer is told of the app's statements (see QueryTracer): an OpenTelemetry tracer, to time
+	// them in the trace of the request or job that runs them. nil traces none.
+	Tracer QueryTracer
 }
 
 // Engine is the SQLite db.Engine. It has one *sql.DB with one connection: SQLite takes one writer
@@ -59,6 +63,7 @@ type Engine struct {
 	logger     *slog.Logger
 	secretPath string // "" for an engine on a *sql.DB of the caller's (NewEngineFromDB)
 	ownsDB     bool   // Close closes db
+	tracer     QueryTracer
 }
 
 var _ db.Engine[*sql.Tx] = (*Engine)(nil)
@@ -116,6 +121,7 @@ func NewEngine(ctx context.Context, path string, config *Config) (*Engine, error
 		logger:     cmp.Or(config.Logger, slog.Default()),
 		secretPath: SecretPath(path),
 		ownsDB:     true,
+		tracer:     config.Tracer,
 	}
 	if err := engine.moveLegacySecret(ctx); err != nil {
 		sqlDB.Close()
@@ -138,7 +144,7 @@ func NewEngineFromDB(sqlDB *sql.DB, config *Config) (*Engine, error) {
 	if config == nil {
 		config = &Config{}
 	}
-	return &Engine{db: sqlDB, logger: cmp.Or(config.Logger, slog.Default())}, nil
+	return &Engine{db: sqlDB, logger: cmp.Or(config.Logger, slog.Default()), tracer: config.Tracer}, nil
 }
 
 // Name implements db.Engine.
@@ -162,10 +168,10 @@ func (e *Engine) Rollback(_ context.Context, tx *sql.Tx) error {
 }
 
 // Queries implements db.Engine.
-func (e *Engine) Queries() db.Queries { return &queries{dbtx: e.db} }
+func (e *Engine) Queries() db.Queries { return &queries{dbtx: e.traced(e.db)} }
 
 // QueriesTx implements db.Engine.
-func (e *Engine) QueriesTx(tx *sql.Tx) db.Queries { return &queries{dbtx: tx} }
+func (e *Engine) QueriesTx(tx *sql.Tx) db.Queries { return &queries{dbtx: e.traced(tx)} }
 
 // Counters implements db.Engine: on the one connection, like everything else.
 func (e *Engine) Counters() db.Counters { return &queries{dbtx: e.db} }

@@ -2,6 +2,7 @@
 -- EmailMessageInsert creates the message row of an email job at its first attempt. No row comes
 -- back when the job has one already (another attempt created it), so a transaction around the
 -- insert stays usable.
+-- Its trace_parent is the W3C traceparent the job's metadata carries, NULL without one.
 INSERT INTO email_messages (
     job_id,
     kind,
@@ -10,6 +11,7 @@ INSERT INTO email_messages (
     key_created_at,
     locale,
     payload_sha256,
+    trace_parent,
     status,
     created_at,
     updated_at
@@ -21,6 +23,7 @@ INSERT INTO email_messages (
     @now::timestamptz,
     @locale::text,
     @payload_sha256::bytea,
+    sqlc.narg('trace_parent')::text,
     'queued',
     @now::timestamptz,
     @now::timestamptz

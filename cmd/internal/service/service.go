@@ -25,6 +25,7 @@ import (
 	"github.com/postguard/postguard/api"
 	"github.com/postguard/postguard/api/abuse"
 	"github.com/postguard/postguard/api/abuse/abuseprom"
+	"github.com/postguard/postguard/cmd/internal/telemetry"
 	"github.com/postguard/postguard/db"
 	"github.com/postguard/postguard/db/postgres"
 	"github.com/postguard/postguard/db/sqlite"
@@ -62,6 +63,11 @@ type Opts struct {
 	// RiverConfigFunc makes last changes to the River config before the client is built (the
 	// load tool's fetch tuning).
 	RiverConfigFunc func(config *river.Config)
+	// Telemetry is the process's tracing (telemetry.New), handed to each part that makes spans:
+	// the HTTP router, the limiter, River's middleware, the database engine, the providers, the
+	// logger. nil, or tracing off, installs none of it. The caller shuts it down, after HTTP and
+	// River have drained.
+	Telemetry *telemetry.Telemetry
 }
 
 // Service is one postguard process, built and not yet running: its store (River's client
@@ -91,6 +97,8 @@ type Service struct {
 	stopUI           context.CancelFunc
 	// lite is the embedded engine under Store; nil on PostgreSQL.
 	lite *sqlite.Engine
+	// telemetry is Opts.Telemetry; nil when none was given.
+	telemetry *telemetry.Telemetry
 }
 
 // New builds the process of role from config: it opens the engine, takes the secret (on the
@@ -102,6 +110,8 @@ func New(ctx context.Context, config *Config, logger *slog.Logger, role Role, op
 	if opts == nil {
 		opts = &Opts{}
 	}
+	tel := opts.Telemetry
+	logger = tel.Logger(logger)
 	if role != RoleServe && config.Engine == EngineSQLite {
 		return nil, fmt.Errorf("`postguard %s` needs PostgreSQL (DATABASE_URL=postgres://…): the embedded SQLite database belongs to one process; use `postguard serve`", role)
 	}
@@ -109,7 +119,7 @@ func New(ctx context.Context, config *Config, logger *slog.Logger, role Role, op
 	providers, mailer := []jobs.Provider(nil), "custom"
 	var devMail *mail.Outbox
 	if opts.Sender != nil {
-		providers = []jobs.Provider{{Name: mailer, Sender: opts.Sender, MaxRPS: config.ResendMaxRPS}}
+		providers = []jobs.Provider{{Name: mailer, Sender: tel.Sender(mailer, opts.Sender), MaxRPS: config.ResendMaxRPS}}
 	} else {
 		if providers, devMail, err = newProviders(config, logger, role, opts); err != nil {
 			return nil, err
@@ -132,7 +142,7 @@ func New(ctx context.Context, config *Config, logger *slog.Logger, role Role, op
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
-	s := &Service{Config: config, Logger: logger, Role: role, Registry: registry, Mailer: mailer, DevMail: devMail}
+	s := &Service{Config: config, Logger: logger, Role: role, Registry: registry, Mailer: mailer, DevMail: devMail, telemetry: tel}
 	secret, err := s.open(ctx, true, func(store riverstore.Store, secret []byte) (*river.Config, error) {
 		riverConfig, err := jobs.NewRiverConfig(
 			&jobs.Deps{
@@ -166,6 +176,8 @@ func New(ctx context.Context, config *Config, logger *slog.Logger, role Role, op
 		// A job still running SHUTDOWN_TIMEOUT after SIGTERM has its context cancelled; it
 		// returns context.Canceled and River puts it back without spending an attempt.
 		riverConfig.SoftStopTimeout = config.ShutdownTimeout
+		// Tracing's middleware goes first, so that an attempt's span holds riverlog's work too.
+		riverConfig.Middleware = append(tel.RiverMiddleware(), riverConfig.Middleware...)
 		if opts.RiverConfigFunc != nil {
 			opts.RiverConfigFunc(riverConfig)
 		}
@@ -225,7 +237,7 @@ func (s *Service) open(ctx context.Context, withSecret bool, riverConfigFunc fun
 	var newStore func(storeConfig *riverstore.Config) (riverstore.Store, error)
 	switch config.Engine {
 	case EnginePostgres:
-		pg, err := postgres.NewEngine(ctx, config.DatabaseURL, &postgres.Config{Logger: s.Logger})
+		pg, err := postgres.NewEngine(ctx, config.DatabaseURL, &postgres.Config{Logger: s.Logger, Tracer: s.telemetry.PgxTracer()})
 		if err != nil {
 			return nil, fmt.Errorf("error connecting to PostgreSQL (DATABASE_URL): %w", err)
 		}
@@ -233,7 +245,7 @@ func (s *Service) open(ctx context.Context, withSecret bool, riverConfigFunc fun
 			return openStore(s, pg, riverpgxv5.New(pg.Pool()), storeConfig)
 		}
 	default:
-		lite, err := sqlite.NewEngine(ctx, config.SQLitePath, &sqlite.Config{Logger: s.Logger})
+		lite, err := sqlite.NewEngine(ctx, config.SQLitePath, &sqlite.Config{Logger: s.Logger, Tracer: s.telemetry.SQLiteTracer()})
 		if err != nil {
 			return nil, fmt.Errorf("error opening SQLite database %s (DATABASE_URL): %w", config.SQLitePath, err)
 		}
@@ -306,7 +318,11 @@ func (s *Service) handler(secret []byte, opts *Opts) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	limiter, err := abuse.NewLimiter(s.Store, secret, config.Rules, &abuse.LimiterConfig{DeviceTokenTTL: config.DeviceTokenTTL, Metrics: limiterMetrics})
+	limiter, err := abuse.NewLimiter(s.Store, secret, config.Rules, &abuse.LimiterConfig{
+		DeviceTokenTTL: config.DeviceTokenTTL,
+		Metrics:        limiterMetrics,
+		Tracer:         s.telemetry.LimiterTracer(),
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -329,6 +345,7 @@ func (s *Service) handler(secret []byte, opts *Opts) (http.Handler, error) {
 
 		ResendWebhookSecret: config.ResendWebhookSecret,
 		AdminToken:          config.AdminToken,
+		TracerProvider:      s.telemetry.TracerProvider(),
 	}
 	if opts.APIConfigFunc != nil {
 		opts.APIConfigFunc(apiConfig)
@@ -371,15 +388,16 @@ func newProviders(config *Config, logger *slog.Logger, role Role, opts *Opts) ([
 		switch name {
 		case MailerResend:
 			sender, err := mail.NewResendSender(&mail.ResendConfig{
-				APIKey:  config.ResendAPIKey,
-				From:    config.MailFrom,
-				BaseURL: config.ResendBaseURL,
-				Timeout: config.JobTimeout,
+				APIKey:     config.ResendAPIKey,
+				From:       config.MailFrom,
+				BaseURL:    config.ResendBaseURL,
+				Timeout:    config.JobTimeout,
+				HTTPClient: opts.Telemetry.HTTPClient(),
 			})
 			if err != nil {
 				return nil, nil, fmt.Errorf("error creating Resend sender: %w", err)
 			}
-			providers = append(providers, jobs.Provider{Name: name, Sender: sender, MaxRPS: config.ResendMaxRPS})
+			providers = append(providers, jobs.Provider{Name: name, Sender: opts.Telemetry.Sender(name, sender), MaxRPS: config.ResendMaxRPS})
 		case MailerSMTP:
 			sender, err := mail.NewSMTPSender(&mail.SMTPConfig{
 				URL:       config.SMTPURL,
@@ -390,7 +408,7 @@ func newProviders(config *Config, logger *slog.Logger, role Role, opts *Opts) ([
 			if err != nil {
 				return nil, nil, fmt.Errorf("error creating SMTP sender: %w", err)
 			}
-			providers = append(providers, jobs.Provider{Name: name, Sender: sender, MaxRPS: config.SMTPMaxRPS})
+			providers = append(providers, jobs.Provider{Name: name, Sender: opts.Telemetry.Sender(name, sender), MaxRPS: config.SMTPMaxRPS})
 		case MailerLog:
 			var sender *mail.LogSender
 			switch {
@@ -404,7 +422,7 @@ func newProviders(config *Config, logger *slog.Logger, role Role, opts *Opts) ([
 				outbox = mail.NewOutbox(mail.DefaultOutboxSize)
 				sender = mail.NewLogSender(logger, &mail.LogSenderConfig{Outbox: outbox, DevMailURL: config.AppURL + "/dev/mail"})
 			}
-			providers = append(providers, jobs.Provider{Name: name, Sender: sender, MaxRPS: config.ResendMaxRPS})
+			providers = append(providers, jobs.Provider{Name: name, Sender: opts.Telemetry.Sender(name, sender), MaxRPS: config.ResendMaxRPS})
 		default:
 			return nil, nil, fmt.Errorf("no mailer %q", name)
 		}

@@ -34,7 +34,7 @@ func (q *Queries) EmailMessageDeleteBefore(ctx context.Context, db DBTX, arg Ema
 }
 
 const emailMessageGetByJob = `-- name: EmailMessageGetByJob :one
-SELECT job_id, kind, user_id, idempotency_key, key_created_at, status, provider_id, accepted_at, created_at, updated_at, status_at, sent_at, delivered_at, delayed_at, bounced_at, complained_at, suppressed_at, failed_at, bounce_type, bounce_sub_type, locale, payload_sha256, provider, provider_in_doubt
+SELECT job_id, kind, user_id, idempotency_key, key_created_at, status, provider_id, accepted_at, created_at, updated_at, status_at, sent_at, delivered_at, delayed_at, bounced_at, complained_at, suppressed_at, failed_at, bounce_type, bounce_sub_type, locale, payload_sha256, provider, provider_in_doubt, trace_parent
 FROM email_messages
 WHERE job_id = ?1
 `
@@ -68,12 +68,13 @@ func (q *Queries) EmailMessageGetByJob(ctx context.Context, db DBTX, jobID int64
 		&i.PayloadSHA256,
 		&i.Provider,
 		&i.ProviderInDoubt,
+		&i.TraceParent,
 	)
 	return &i, err
 }
 
 const emailMessageGetByProviderID = `-- name: EmailMessageGetByProviderID :one
-SELECT job_id, kind, user_id, idempotency_key, key_created_at, status, provider_id, accepted_at, created_at, updated_at, status_at, sent_at, delivered_at, delayed_at, bounced_at, complained_at, suppressed_at, failed_at, bounce_type, bounce_sub_type, locale, payload_sha256, provider, provider_in_doubt
+SELECT job_id, kind, user_id, idempotency_key, key_created_at, status, provider_id, accepted_at, created_at, updated_at, status_at, sent_at, delivered_at, delayed_at, bounced_at, complained_at, suppressed_at, failed_at, bounce_type, bounce_sub_type, locale, payload_sha256, provider, provider_in_doubt, trace_parent
 FROM email_messages
 WHERE provider_id = ?1
 ORDER BY job_id DESC
@@ -111,6 +112,7 @@ func (q *Queries) EmailMessageGetByProviderID(ctx context.Context, db DBTX, prov
 		&i.PayloadSHA256,
 		&i.Provider,
 		&i.ProviderInDoubt,
+		&i.TraceParent,
 	)
 	return &i, err
 }
@@ -124,6 +126,7 @@ INSERT INTO email_messages (
     key_created_at,
     locale,
     payload_sha256,
+    trace_parent,
     status,
     created_at,
     updated_at
@@ -135,12 +138,13 @@ INSERT INTO email_messages (
     ?5,
     ?6,
     ?7,
+    ?8,
     'queued',
     ?5,
     ?5
 )
 ON CONFLICT (job_id) DO NOTHING
-RETURNING job_id, kind, user_id, idempotency_key, key_created_at, status, provider_id, accepted_at, created_at, updated_at, status_at, sent_at, delivered_at, delayed_at, bounced_at, complained_at, suppressed_at, failed_at, bounce_type, bounce_sub_type, locale, payload_sha256, provider, provider_in_doubt
+RETURNING job_id, kind, user_id, idempotency_key, key_created_at, status, provider_id, accepted_at, created_at, updated_at, status_at, sent_at, delivered_at, delayed_at, bounced_at, complained_at, suppressed_at, failed_at, bounce_type, bounce_sub_type, locale, payload_sha256, provider, provider_in_doubt, trace_parent
 `
 
 type EmailMessageInsertParams struct {
@@ -151,11 +155,13 @@ type EmailMessageInsertParams struct {
 	Now            int64
 	Locale         string
 	PayloadSHA256  []byte
+	TraceParent    *string
 }
 
 // EmailMessageInsert creates the message row of an email job at its first attempt. No row comes
 // back when the job has one already (another attempt created it), so a transaction around the
 // insert stays usable.
+// Its trace_parent is the W3C traceparent the job's metadata carries, NULL without one.
 func (q *Queries) EmailMessageInsert(ctx context.Context, db DBTX, arg EmailMessageInsertParams) (*EmailMessage, error) {
 	row := db.QueryRowContext(ctx, emailMessageInsert,
 		arg.JobID,
@@ -165,6 +171,7 @@ func (q *Queries) EmailMessageInsert(ctx context.Context, db DBTX, arg EmailMess
 		arg.Now,
 		arg.Locale,
 		arg.PayloadSHA256,
+		arg.TraceParent,
 	)
 	var i EmailMessage
 	err := row.Scan(
@@ -192,12 +199,13 @@ func (q *Queries) EmailMessageInsert(ctx context.Context, db DBTX, arg EmailMess
 		&i.PayloadSHA256,
 		&i.Provider,
 		&i.ProviderInDoubt,
+		&i.TraceParent,
 	)
 	return &i, err
 }
 
 const emailMessageListByUser = `-- name: EmailMessageListByUser :many
-SELECT job_id, kind, user_id, idempotency_key, key_created_at, status, provider_id, accepted_at, created_at, updated_at, status_at, sent_at, delivered_at, delayed_at, bounced_at, complained_at, suppressed_at, failed_at, bounce_type, bounce_sub_type, locale, payload_sha256, provider, provider_in_doubt
+SELECT job_id, kind, user_id, idempotency_key, key_created_at, status, provider_id, accepted_at, created_at, updated_at, status_at, sent_at, delivered_at, delayed_at, bounced_at, complained_at, suppressed_at, failed_at, bounce_type, bounce_sub_type, locale, payload_sha256, provider, provider_in_doubt, trace_parent
 FROM email_messages
 WHERE user_id = ?1
 ORDER BY created_at DESC, job_id DESC
@@ -244,6 +252,7 @@ func (q *Queries) EmailMessageListByUser(ctx context.Context, db DBTX, arg Email
 			&i.PayloadSHA256,
 			&i.Provider,
 			&i.ProviderInDoubt,
+			&i.TraceParent,
 		); err != nil {
 			return nil, err
 		}

@@ -33,6 +33,7 @@ type EmailMessage struct {
 	PayloadSHA256   []byte
 	Provider        *string
 	ProviderInDoubt *string
+	TraceParent     *string
 }
 
 type EmailSuppression struct {
