@@ -449,33 +449,6 @@ func (q *queries) RateLimitCounterConsumeChain(ctx context.Context, params *db.R
 	return result, nil
 }
 
-// RateLimitCounterConsumeBatch implements db.Counters in one transaction: each chain's statements
-// as RateLimitCounterConsumeChain runs them, one chain after another, then one commit for all. A
-// failure rolls every chain back. SQLite runs in the process: the batch is one round trip, and
-// its chains share one commit.
-func (q *queries) RateLimitCounterConsumeBatch(ctx context.Context, chains []*db.RateLimitCounterChainParams) ([]*db.RateLimitCounterChainResult, error) {
-	sqlDB, ok := q.dbtx.(*sql.DB)
-	if !ok {
-		return nil, errors.New("sqlite: a batch of checks runs on the engine's *sql.DB, in a transaction of its own")
-	}
-	tx, err := sqlDB.BeginTx(ctx, nil)
-	if err != nil {
-		return nil, failed("beginning a batch of rate limit checks", err)
-	}
-	defer tx.Rollback() //nolint:errcheck // a no-op after Commit; the failure that led here is returned
-	inTx := &queries{dbtx: tx}
-	results := make([]*db.RateLimitCounterChainResult, len(chains))
-	for i, chain := range chains {
-		if results[i], err = inTx.RateLimitCounterConsumeChain(ctx, chain); err != nil {
-			return nil, err
-		}
-	}
-	if err := tx.Commit(); err != nil {
-		return nil, failed("committing a batch of rate limit checks", err)
-	}
-	return results, nil
-}
-
 // RateLimitCounterConns is how many statements of checks may run at once: 1, SQLite's one
 // writer (db's Tables batch the checks that arrive while it runs).
 func (q *queries) RateLimitCounterConns() int { return 1 }
