@@ -22,7 +22,8 @@
 #
 # Usage: scripts/outside/run.sh [-baseline REV] [-rounds N] [-connections N] [-threads N]
 # Environment: PGBASE (postgres://postgres@127.0.0.1:5432; its user needs CREATEDB), SECS,
-# IDLE_SECS, WARMUP_SECS, ROUNDS, CONNECTIONS, THREADS.
+# IDLE_SECS, WARMUP_SECS, ROUNDS, CONNECTIONS, THREADS; KEEP=1 keeps the temporary directory of
+# logs and outputs, which a failed run always keeps.
 #
 # Needs go, curl, openssl, psql and pgbench (PostgreSQL's client), and wrk, the HTTP load
 # generator of Debian's `wrk` package: installed here with apt-get when missing.
@@ -83,6 +84,7 @@ fi
 tmp="$(mktemp -d /tmp/outside.XXXXXX)"
 svc_pid=""   # the service being measured
 child_pid="" # wrk or pgbench while it runs
+sampler_pid="" # sample_backends while many IPs runs
 databases=()
 status=0
 
@@ -98,6 +100,13 @@ stop_service() {
   svc_pid=""
 }
 
+stop_sampler() {
+  [ -n "$sampler_pid" ] || return 0
+  kill -TERM "$sampler_pid" 2>/dev/null || true
+  wait "$sampler_pid" 2>/dev/null || true
+  sampler_pid=""
+}
+
 drop_database() {
   psql -q "$pgbase/postgres?sslmode=disable" -c "SET client_min_messages = warning" \
     -c "DROP DATABASE IF EXISTS $1 WITH (FORCE)" >/dev/null 2>&1 || echo "run.sh: could not drop database $1" >&2
@@ -110,10 +119,13 @@ cleanup() {
     kill -TERM "$child_pid" 2>/dev/null || true
     wait "$child_pid" 2>/dev/null || true
   fi
+  stop_sampler
   stop_service
   for db in "${databases[@]}"; do drop_database "$db"; done
-  if [ "$status" -eq 0 ]; then
+  if [ "$status" -eq 0 ] && [ -z "${KEEP:-}" ]; then
     rm -rf "$tmp"
+  elif [ "$status" -eq 0 ]; then
+    echo "run.sh: logs and outputs kept in $tmp (KEEP)" >&2
   else
     echo "run.sh: failed (exit $status); logs kept in $tmp" >&2
   fi
@@ -134,10 +146,16 @@ bounded() {
   return "$rc"
 }
 
+# free_port: a port of 127.0.0.1 that nothing answers on, below the kernel's ephemeral range
+# (wrk's and pgbench's own ends take ports from that range, and a port bound there is refused to
+# a connect yet taken for a listen).
 free_port() {
-  local port
+  local low port
+  low="$(awk '{print $1}' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)"
+  [ "$low" -gt 11024 ] || low=61000 # an odd range: above it instead
   for _ in $(seq 1 200); do
-    port=$((20000 + RANDOM % 40000))
+    port=$((10000 + RANDOM % (low - 10000 - 1024)))
+    [ "$low" -ne 61000 ] || port=$((61000 + RANDOM % 4000))
     if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
       echo "$port"
       return 0
@@ -201,6 +219,56 @@ ceiling_run() {
     { echo "run.sh: pgbench failed:" >&2; tail -n 20 "$out" >&2; return 1; }
 }
 
+# ticks FILE FIELD: utime + stime (FIELD utime, FIELD+1 stime, counting from the state field)
+# of /proc/PID/stat, whose command name may hold spaces.
+ticks() { sed 's/^.*) //' "$1" 2>/dev/null | awk -v f="$2" '{print $f + $(f + 1)}'; }
+
+# cpu_snapshot OUT: the machine's busy and total clock ticks (every CPU), the service's, and
+# the reaped children's of this script (wrk's, as a window holds no other client), into OUT.
+cpu_snapshot() {
+  {
+    awk '/^cpu / {busy = $2 + $3 + $4 + $7 + $8 + $9; print "machine", busy, busy + $5 + $6}' /proc/stat
+    echo "service $(ticks "/proc/$svc_pid/stat" 12)"
+    echo "wrk $(ticks "/proc/$$/stat" 14)"
+  } >"$1"
+}
+
+# backend_ticks DB: "pid ticks" of each PostgreSQL backend of DB, found by its process title
+# ("postgres: 15/main: user DB host(port) state"), with no connection of its own.
+backend_ticks() {
+  local pids
+  pids="$(grep -las -- "^postgres: .* $1 " /proc/[0-9]*/cmdline | cut -d/ -f3)" || true
+  [ -n "$pids" ] || return 0
+  # A backend may end between the two looks: its stat is then skipped.
+  (cd /proc && for pid in $pids; do cat "$pid/stat" 2>/dev/null || true; done) | awk '{print $1, $14 + $15}'
+}
+
+# sample_backends DB OUT: backend_ticks every 0.25 s, appended to OUT, until killed. The
+# service's pool replaces a connection whose query a client's disconnect cancelled, so the
+# backends of a window are not those of its start: each one's last sample counts.
+sample_backends() {
+  while :; do
+    backend_ticks "$1" >>"$2"
+    sleep 0.25
+  done
+}
+
+# cpu_shares BEFORE AFTER BACKENDS_BEFORE BACKENDS: the window's CPU as percentages of the
+# machine: the service, DB's backends, wrk, and the rest.
+cpu_shares() {
+  awk 'FILENAME == ARGV[1] {b[$1] = $2; bt[$1] = $3; next}
+    FILENAME == ARGV[2] {a[$1] = $2; at[$1] = $3; next}
+    FILENAME == ARGV[3] {first[$1] = $2; next}
+    {if ($2 > last[$1]) last[$1] = $2}
+    END {
+      total = at["machine"] - bt["machine"]; busy = a["machine"] - b["machine"]
+      svc = a["service"] - b["service"]; wrk = a["wrk"] - b["wrk"]
+      for (p in last) pg += last[p] - (p in first ? first[p] : 0)
+      if (total <= 0) total = 1
+      printf "%.0f\t%.0f\t%.0f\t%.0f", 100 * svc / total, 100 * pg / total, 100 * wrk / total, 100 * (busy - svc - pg - wrk) / total
+    }' "$1" "$2" "$3" "$4"
+}
+
 # round LABEL BINARY N: one binary on a fresh database and process; appends a line to results.
 round() {
   local label=$1 bin=$2 n=$3
@@ -215,25 +283,30 @@ round() {
   secret="$(openssl rand -hex 32)"
   admin="$(openssl rand -hex 32)"
   limits_token="$(openssl rand -hex 32)"
-  local port
-  port="$(free_port)"
-  local base="http://127.0.0.1:$port"
   # A clean environment: no RATE_LIMIT_, OTEL_ or other variable of the caller's reaches it.
   local env=(env -i "PATH=$PATH" "HOME=${HOME:-/tmp}"
     "DATABASE_URL=$url" "APP_SECRET=$secret" "ADMIN_TOKEN=$admin" "LIMITS_API_TOKEN=$limits_token"
-    "HTTP_ADDR=127.0.0.1:$port" "APP_URL=$base" "METRICS_ADDR=off"
-    "MAILER=log" "TRUSTED_PROXIES=127.0.0.1/32" "RATE_LIMIT_OUTSIDE_KEY=1000000000/1h")
+    "METRICS_ADDR=off" "MAILER=log" "TRUSTED_PROXIES=127.0.0.1/32" "RATE_LIMIT_OUTSIDE_KEY=1000000000/1h")
 
   echo "round $n, $label: migrating $db" >&2
   "${env[@]}" "$bin" migrate >>"$log" 2>&1 ||
     { echo "run.sh: migrate failed; its log:" >&2; tail -n 30 "$log" >&2; return 1; }
-  "${env[@]}" "$bin" serve >>"$log" 2>&1 &
-  svc_pid=$!
-  local ready=""
-  for _ in $(seq 1 300); do
-    if ! kill -0 "$svc_pid" 2>/dev/null; then break; fi
-    if curl -fsS -o /dev/null "$base/readyz" 2>/dev/null; then ready=1; break; fi
-    sleep 0.1
+  local port base ready="" attempt
+  for attempt in 1 2 3 4 5; do
+    port="$(free_port)"
+    base="http://127.0.0.1:$port"
+    "${env[@]}" "HTTP_ADDR=127.0.0.1:$port" "APP_URL=$base" "$bin" serve >>"$log" 2>&1 &
+    svc_pid=$!
+    for _ in $(seq 1 300); do
+      if ! kill -0 "$svc_pid" 2>/dev/null; then break; fi
+      if curl -fsS -o /dev/null "$base/readyz" 2>/dev/null; then ready=1; break; fi
+      sleep 0.1
+    done
+    [ -z "$ready" ] || break
+    stop_service
+    # Taken between the check and the listen: another port.
+    tail -n 1 "$log" | grep -q 'address already in use' || break
+    echo "run.sh: port $port was taken (attempt $attempt); another" >&2
   done
   if [ -z "$ready" ]; then
     echo "run.sh: postguard serve did not become ready on $base within 30 s; the last lines of its log:" >&2
@@ -262,7 +335,16 @@ round() {
 
   echo "round $n, $label: many IPs, $connections connections, ${secs}s" >&2
   wrk_run forgot "$connections" "$threads" "$warmup_secs" "$base" "$tmp/$label-$n-many-warmup.txt"
+  local cpu="$tmp/$label-$n-cpu"
+  backend_ticks "$db" >"$cpu-backends-before.txt"
+  cp "$cpu-backends-before.txt" "$cpu-backends.txt"
+  sample_backends "$db" "$cpu-backends.txt" &
+  sampler_pid=$!
+  cpu_snapshot "$cpu-before.txt"
   wrk_run forgot "$connections" "$threads" "$secs" "$base" "$tmp/$label-$n-many.txt"
+  cpu_snapshot "$cpu-after.txt"
+  stop_sampler
+  backend_ticks "$db" >>"$cpu-backends.txt"
 
   echo "round $n, $label: ceiling (2/2), pgbench ${half2}s" >&2
   ceiling_run "$half2" "$url" "$schema" "$tmp/$label-$n-ceiling2.txt"
@@ -278,14 +360,15 @@ round() {
   local failed
   failed="$(cat "$tmp/$label-$n-ceiling1.txt" "$tmp/$label-$n-ceiling2.txt" | awk '/^number of failed transactions/ {s += $5} END {print s + 0}')"
   # Columns: label round idle_requests idle_us idle_p50 idle_p99 idle_errors many_requests many_us
-  # many_status many_socket ceiling_tps ceiling_failed
-  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$label" "$n" \
+  # many_status many_socket ceiling_tps ceiling_failed, then many IPs' CPU: service postgres wrk
+  # other, percentages of the machine
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$label" "$n" \
     "$(field requests "$idle")" "$(field duration_us "$idle")" "$(field p50_us "$idle")" "$(field p99_us "$idle")" \
     "$(($(field status_errors "$idle") + $(field connect "$idle") + $(field read "$idle") + $(field write "$idle") + $(field timeout "$idle")))" \
     "$(field requests "$many")" "$(field duration_us "$many")" "$(field status_errors "$many")" \
     "$(($(field connect "$many") + $(field read "$many") + $(field write "$many") + $(field timeout "$many")))" \
     "$(awk -v a="$tps1" -v b="$tps2" -v h1="$half1" -v h2="$half2" 'BEGIN {printf "%.1f", (a * h1 + b * h2) / (h1 + h2)}')" \
-    "$failed" >>"$results"
+    "$failed" "$(cpu_shares "$cpu-before.txt" "$cpu-after.txt" "$cpu-backends-before.txt" "$cpu-backends.txt")" >>"$results"
 }
 
 # --- the rounds ---------------------------------------------------------------------------------
@@ -314,16 +397,18 @@ wrk_version="$( (wrk -v 2>&1 || true) | awk 'NR == 1 {print $2}')" # wrk -v exit
   echo "  - many IPs: wrk -c $connections -t $threads, $secs s after a $warmup_secs s warm-up, POST /v1/auth/forgot-password, new X-Forwarded-For (10.0.0.0/8) and new unknown email per request; cap $cap req/s ($connections connections ÷ 100 ms hold)"
   echo "- errors: HTTP statuses > 399 and socket errors as wrk counts them (each run's exact answers, 202 and 200, are checked once with curl first)"
   echo
-  echo "| binary | round | idle p50 ms | idle p99 ms | idle checks/s | many IPs req/s | many IPs errors | ceiling pairs/s | many IPs ÷ ceiling | note |"
-  echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+  echo "- CPU during many IPs, % of the machine's $(nproc) CPUs: the service, its database's backends, wrk, and the rest (PostgreSQL's own processes and whatever else runs)"
+  echo
+  echo "| binary | round | idle p50 ms | idle p99 ms | idle checks/s | many IPs req/s | many IPs errors | ceiling pairs/s | many IPs ÷ ceiling | CPU % service/backends/wrk/rest | note |"
+  echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
   awk -F'\t' -v cap="$cap" '{
     idle_rate = $3 / ($4 / 1e6); many = $8 / ($9 / 1e6); ratio = many / $12
     note = ""
     if (many >= 0.9 * cap) note = "capped by clients"
     if ($7 > 0) note = note (note ? "; " : "") $7 " idle errors"
     if ($13 > 0) note = note (note ? "; " : "") $13 " failed pgbench transactions"
-    printf "| %s | %d | %.3f | %.3f | %.0f | %.0f | %d status, %d socket | %.0f | %.2f | %s |\n",
-      $1, $2, $5 / 1000, $6 / 1000, idle_rate, many, $10, $11, $12, ratio, note
+    printf "| %s | %d | %.3f | %.3f | %.0f | %.0f | %d status, %d socket | %.0f | %.2f | %d/%d/%d/%d | %s |\n",
+      $1, $2, $5 / 1000, $6 / 1000, idle_rate, many, $10, $11, $12, ratio, $14, $15, $16, $17, note
   }' "$results"
   echo
   awk -F'\t' -v cap="$cap" '
