@@ -18,7 +18,10 @@
 #
 # A round is one binary on a fresh database and a fresh process: idle first, then the ceiling's
 # first half, many IPs, the ceiling's second half. With -baseline REV the rounds alternate,
-# baseline then current, ROUNDS (2) times, so that drift shows; one summary table ends the run.
+# baseline then current, ROUNDS (2) times, so that drift shows; and then both binaries run at
+# once, each idle on a fresh database of its own, while 1 s idle slices alternate between them,
+# IDLE_SECS per binary, each first in every other pair: a drift of the machine (other work on it) then weighs on both alike, and
+# the medians of the slices' p50s compare. One summary table ends the run.
 #
 # Usage: scripts/outside/run.sh [-baseline REV] [-rounds N] [-connections N] [-threads N]
 # Environment: PGBASE (postgres://postgres@127.0.0.1:5432; its user needs CREATEDB), SECS,
@@ -82,22 +85,24 @@ if [ "$(ulimit -n)" != unlimited ] && [ "$(ulimit -n)" -lt $((connections + 64))
 fi
 
 tmp="$(mktemp -d /tmp/outside.XXXXXX)"
-svc_pid=""   # the service being measured
-child_pid="" # wrk or pgbench while it runs
+services=()    # the pids of the services started and not yet stopped
+child_pid=""   # wrk or pgbench while it runs
 sampler_pid="" # sample_backends while many IPs runs
-databases=()
+databases=()   # the databases made and not yet dropped
 status=0
 
+# stop_service PID: SIGTERM, then SIGKILL after 10 s.
 stop_service() {
-  [ -n "$svc_pid" ] || return 0
-  kill -TERM "$svc_pid" 2>/dev/null || true
+  local pid=$1 rest=() p
+  kill -TERM "$pid" 2>/dev/null || true
   for _ in $(seq 1 100); do
-    kill -0 "$svc_pid" 2>/dev/null || break
+    kill -0 "$pid" 2>/dev/null || break
     sleep 0.1
   done
-  kill -KILL "$svc_pid" 2>/dev/null || true
-  wait "$svc_pid" 2>/dev/null || true
-  svc_pid=""
+  kill -KILL "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+  for p in "${services[@]}"; do [ "$p" = "$pid" ] || rest+=("$p"); done
+  services=("${rest[@]}")
 }
 
 stop_sampler() {
@@ -107,9 +112,13 @@ stop_sampler() {
   sampler_pid=""
 }
 
+# drop_database DB, with any connection it still has.
 drop_database() {
+  local rest=() d
   psql -q "$pgbase/postgres?sslmode=disable" -c "SET client_min_messages = warning" \
     -c "DROP DATABASE IF EXISTS $1 WITH (FORCE)" >/dev/null 2>&1 || echo "run.sh: could not drop database $1" >&2
+  for d in "${databases[@]}"; do [ "$d" = "$1" ] || rest+=("$d"); done
+  databases=("${rest[@]}")
 }
 
 cleanup() {
@@ -120,7 +129,8 @@ cleanup() {
     wait "$child_pid" 2>/dev/null || true
   fi
   stop_sampler
-  stop_service
+  local pid db
+  for pid in "${services[@]}"; do stop_service "$pid"; done
   for db in "${databases[@]}"; do drop_database "$db"; done
   if [ "$status" -eq 0 ] && [ -z "${KEEP:-}" ]; then
     rm -rf "$tmp"
@@ -135,10 +145,13 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-# bounded runs a client in the background and waits for it, so that a signal reaches the trap
-# (and the trap the client) at once, not after the client's duration.
+# bounded OUT COMMAND...: runs a client in the background, its output into OUT, and waits for
+# it, so that a signal reaches the trap (and the trap the client) at once, not after the
+# client's duration. (Redirected here, not around the call: the trap would inherit that.)
 bounded() {
-  "$@" &
+  local out=$1
+  shift
+  "$@" >"$out" 2>&1 &
   child_pid=$!
   local rc=0
   wait "$child_pid" || rc=$?
@@ -198,12 +211,12 @@ results="$tmp/results.tsv"
 : >"$results"
 db_seq=0
 
-# wrk_run MODE CONNECTIONS THREADS SECONDS URL OUT: one wrk run; OUT gets its output, whose
-# "outside …" line is the figures.
+# wrk_run MODE CONNECTIONS THREADS SECONDS URL TOKEN OUT: one wrk run; OUT gets its output,
+# whose "outside …" line is the figures.
 wrk_run() {
-  local mode=$1 conns=$2 thr=$3 dur=$4 url=$5 out=$6
-  OUTSIDE_MODE=$mode OUTSIDE_TAG="$$-$db_seq-$RANDOM" OUTSIDE_THREADS=$thr OUTSIDE_TOKEN=$limits_token \
-    bounded wrk -c "$conns" -t "$thr" -d "${dur}s" --timeout 10s --latency -s "$here/requests.lua" "$url" >"$out" 2>&1 ||
+  local mode=$1 conns=$2 thr=$3 dur=$4 url=$5 token=$6 out=$7
+  OUTSIDE_MODE=$mode OUTSIDE_TAG="$$-$RANDOM-$RANDOM" OUTSIDE_THREADS=$thr OUTSIDE_TOKEN=$token \
+    bounded "$out" wrk -c "$conns" -t "$thr" -d "${dur}s" --timeout 10s --latency -s "$here/requests.lua" "$url" ||
     { echo "run.sh: wrk failed:" >&2; tail -n 20 "$out" >&2; return 1; }
   grep -q '^outside ' "$out" || { echo "run.sh: wrk printed no figures:" >&2; tail -n 20 "$out" >&2; return 1; }
 }
@@ -215,7 +228,7 @@ field() { grep '^outside ' "$2" | tr ' ' '\n' | sed -n "s/^$1=//p"; }
 ceiling_run() {
   local dur=$1 url=$2 schema=$3 out=$4
   PGOPTIONS="-c search_path=$schema -c synchronous_commit=off" \
-    bounded pgbench -n -M prepared -c "$ceiling_clients" -j 2 -T "$dur" -f "$ceiling_sql" "$url" >"$out" 2>&1 ||
+    bounded "$out" pgbench -n -M prepared -c "$ceiling_clients" -j 2 -T "$dur" -f "$ceiling_sql" "$url" ||
     { echo "run.sh: pgbench failed:" >&2; tail -n 20 "$out" >&2; return 1; }
 }
 
@@ -223,12 +236,12 @@ ceiling_run() {
 # of /proc/PID/stat, whose command name may hold spaces.
 ticks() { sed 's/^.*) //' "$1" 2>/dev/null | awk -v f="$2" '{print $f + $(f + 1)}'; }
 
-# cpu_snapshot OUT: the machine's busy and total clock ticks (every CPU), the service's, and
-# the reaped children's of this script (wrk's, as a window holds no other client), into OUT.
+# cpu_snapshot OUT PID: the machine's busy and total clock ticks (every CPU), the service PID's,
+# and the reaped children's of this script (wrk's, as a window holds no other client), into OUT.
 cpu_snapshot() {
   {
     awk '/^cpu / {busy = $2 + $3 + $4 + $7 + $8 + $9; print "machine", busy, busy + $5 + $6}' /proc/stat
-    echo "service $(ticks "/proc/$svc_pid/stat" 12)"
+    echo "service $(ticks "/proc/$2/stat" 12)"
     echo "wrk $(ticks "/proc/$$/stat" 14)"
   } >"$1"
 }
@@ -269,63 +282,73 @@ cpu_shares() {
     }' "$1" "$2" "$3" "$4"
 }
 
-# round LABEL BINARY N: one binary on a fresh database and process; appends a line to results.
-round() {
-  local label=$1 bin=$2 n=$3
+# start_service NAME BINARY: a fresh database, migrated by BINARY, and BINARY's `postguard serve`
+# on it, ready; sets S_PID, S_DB, S_URL (the database's), S_BASE (the service's) and S_TOKEN
+# (LIMITS_API_TOKEN). Its log is $tmp/NAME.log.
+start_service() {
+  local name=$1 bin=$2
   db_seq=$((db_seq + 1))
-  local db="outside_$$_$db_seq"
-  local url="$pgbase/$db?sslmode=disable"
-  local log="$tmp/$label-$n.log"
-  psql -q "$pgbase/postgres?sslmode=disable" -c "CREATE DATABASE $db" >/dev/null
-  databases+=("$db")
+  S_DB="outside_$$_$db_seq"
+  S_URL="$pgbase/$S_DB?sslmode=disable"
+  local log="$tmp/$name.log"
+  psql -q "$pgbase/postgres?sslmode=disable" -c "CREATE DATABASE $S_DB" >/dev/null
+  databases+=("$S_DB")
 
   local secret admin
   secret="$(openssl rand -hex 32)"
   admin="$(openssl rand -hex 32)"
-  limits_token="$(openssl rand -hex 32)"
+  S_TOKEN="$(openssl rand -hex 32)"
   # A clean environment: no RATE_LIMIT_, OTEL_ or other variable of the caller's reaches it.
   local env=(env -i "PATH=$PATH" "HOME=${HOME:-/tmp}"
-    "DATABASE_URL=$url" "APP_SECRET=$secret" "ADMIN_TOKEN=$admin" "LIMITS_API_TOKEN=$limits_token"
+    "DATABASE_URL=$S_URL" "APP_SECRET=$secret" "ADMIN_TOKEN=$admin" "LIMITS_API_TOKEN=$S_TOKEN"
     "METRICS_ADDR=off" "MAILER=log" "TRUSTED_PROXIES=127.0.0.1/32" "RATE_LIMIT_OUTSIDE_KEY=1000000000/1h")
 
-  echo "round $n, $label: migrating $db" >&2
+  echo "$name: migrating $S_DB" >&2
   "${env[@]}" "$bin" migrate >>"$log" 2>&1 ||
     { echo "run.sh: migrate failed; its log:" >&2; tail -n 30 "$log" >&2; return 1; }
-  local port base ready="" attempt
+  local port ready="" attempt
   for attempt in 1 2 3 4 5; do
     port="$(free_port)"
-    base="http://127.0.0.1:$port"
-    "${env[@]}" "HTTP_ADDR=127.0.0.1:$port" "APP_URL=$base" "$bin" serve >>"$log" 2>&1 &
-    svc_pid=$!
+    S_BASE="http://127.0.0.1:$port"
+    "${env[@]}" "HTTP_ADDR=127.0.0.1:$port" "APP_URL=$S_BASE" "$bin" serve >>"$log" 2>&1 &
+    S_PID=$!
+    services+=("$S_PID")
     for _ in $(seq 1 300); do
-      if ! kill -0 "$svc_pid" 2>/dev/null; then break; fi
-      if curl -fsS -o /dev/null "$base/readyz" 2>/dev/null; then ready=1; break; fi
+      if ! kill -0 "$S_PID" 2>/dev/null; then break; fi
+      if curl -fsS -o /dev/null "$S_BASE/readyz" 2>/dev/null; then ready=1; break; fi
       sleep 0.1
     done
     [ -z "$ready" ] || break
-    stop_service
+    stop_service "$S_PID"
     # Taken between the check and the listen: another port.
     tail -n 1 "$log" | grep -q 'address already in use' || break
     echo "run.sh: port $port was taken (attempt $attempt); another" >&2
   done
   if [ -z "$ready" ]; then
-    echo "run.sh: postguard serve did not become ready on $base within 30 s; the last lines of its log:" >&2
+    echo "run.sh: postguard serve did not become ready on $S_BASE within 30 s; the last lines of its log:" >&2
     tail -n 30 "$log" >&2
     return 1
   fi
 
   # The exact answers, once each, before anything is counted.
   local code
-  code="$(curl -s -o /dev/null -w '%{http_code}' -X POST "$base/v1/auth/forgot-password" \
+  code="$(curl -s -o /dev/null -w '%{http_code}' -X POST "$S_BASE/v1/auth/forgot-password" \
     -H 'Content-Type: application/json' -H 'X-Forwarded-For: 192.0.2.1' -d '{"email":"probe@example.com"}')"
   [ "$code" = 202 ] || { echo "run.sh: forgot-password answered $code, want 202" >&2; tail -n 30 "$log" >&2; return 1; }
-  code="$(curl -s -o /dev/null -w '%{http_code}' -X POST "$base/v1/limits/outside" \
-    -H "Authorization: Bearer $limits_token" -H 'Content-Type: application/json' -d '{"key":"probe"}')"
+  code="$(curl -s -o /dev/null -w '%{http_code}' -X POST "$S_BASE/v1/limits/outside" \
+    -H "Authorization: Bearer $S_TOKEN" -H 'Content-Type: application/json' -d '{"key":"probe"}')"
   [ "$code" = 200 ] || { echo "run.sh: the limits API answered $code, want 200" >&2; tail -n 30 "$log" >&2; return 1; }
+}
+
+# round LABEL BINARY N: one binary on a fresh database and process; appends a line to results.
+round() {
+  local label=$1 bin=$2 n=$3
+  start_service "$label-$n" "$bin"
+  local pid=$S_PID db=$S_DB url=$S_URL base=$S_BASE token=$S_TOKEN
 
   echo "round $n, $label: idle latency, 1 connection, ${idle_secs}s" >&2
-  wrk_run limits 1 1 "$warmup_secs" "$base" "$tmp/$label-$n-idle-warmup.txt"
-  wrk_run limits 1 1 "$idle_secs" "$base" "$tmp/$label-$n-idle.txt"
+  wrk_run limits 1 1 "$warmup_secs" "$base" "$token" "$tmp/$label-$n-idle-warmup.txt"
+  wrk_run limits 1 1 "$idle_secs" "$base" "$token" "$tmp/$label-$n-idle.txt"
 
   local schema="outside_ceiling"
   psql -q "$url" -c "CREATE SCHEMA $schema" -c "CREATE TABLE $schema.rate_limit_counters (key_hash bytea NOT NULL, window_start timestamptz NOT NULL, window_end timestamptz NOT NULL, count bigint NOT NULL, limit_count bigint NOT NULL, PRIMARY KEY (key_hash, window_start)) WITH (fillfactor = 70)" >/dev/null
@@ -334,24 +357,23 @@ round() {
   ceiling_run "$half1" "$url" "$schema" "$tmp/$label-$n-ceiling1.txt"
 
   echo "round $n, $label: many IPs, $connections connections, ${secs}s" >&2
-  wrk_run forgot "$connections" "$threads" "$warmup_secs" "$base" "$tmp/$label-$n-many-warmup.txt"
+  wrk_run forgot "$connections" "$threads" "$warmup_secs" "$base" "$token" "$tmp/$label-$n-many-warmup.txt"
   local cpu="$tmp/$label-$n-cpu"
   backend_ticks "$db" >"$cpu-backends-before.txt"
   cp "$cpu-backends-before.txt" "$cpu-backends.txt"
   sample_backends "$db" "$cpu-backends.txt" &
   sampler_pid=$!
-  cpu_snapshot "$cpu-before.txt"
-  wrk_run forgot "$connections" "$threads" "$secs" "$base" "$tmp/$label-$n-many.txt"
-  cpu_snapshot "$cpu-after.txt"
+  cpu_snapshot "$cpu-before.txt" "$pid"
+  wrk_run forgot "$connections" "$threads" "$secs" "$base" "$token" "$tmp/$label-$n-many.txt"
+  cpu_snapshot "$cpu-after.txt" "$pid"
   stop_sampler
   backend_ticks "$db" >>"$cpu-backends.txt"
 
   echo "round $n, $label: ceiling (2/2), pgbench ${half2}s" >&2
   ceiling_run "$half2" "$url" "$schema" "$tmp/$label-$n-ceiling2.txt"
 
-  stop_service
+  stop_service "$pid"
   drop_database "$db"
-  unset 'databases[-1]'
 
   local idle="$tmp/$label-$n-idle.txt" many="$tmp/$label-$n-many.txt"
   local tps1 tps2
@@ -378,6 +400,38 @@ for n in $(seq 1 "$rounds"); do
   if [ -n "$baseline_bin" ]; then round baseline "$baseline_bin" "$n"; fi
   round current "$current_bin" "$n"
 done
+
+# Both binaries up at once, idle, each on its own database; 1 s slices alternate between them.
+slices="$tmp/slices.tsv"
+: >"$slices"
+if [ -n "$baseline_bin" ]; then
+  start_service interleaved-baseline "$baseline_bin"
+  b_pid=$S_PID b_db=$S_DB b_base=$S_BASE b_token=$S_TOKEN
+  start_service interleaved-current "$current_bin"
+  c_pid=$S_PID c_db=$S_DB c_base=$S_BASE c_token=$S_TOKEN
+  echo "interleaved idle: $idle_secs slices of 1 s per binary, alternating" >&2
+  wrk_run limits 1 1 "$warmup_secs" "$b_base" "$b_token" "$tmp/interleaved-baseline-warmup.txt"
+  wrk_run limits 1 1 "$warmup_secs" "$c_base" "$c_token" "$tmp/interleaved-current-warmup.txt"
+  for i in $(seq 1 "$idle_secs"); do
+    # Each goes first in every other pair, so that the order weighs on neither.
+    if [ $((i % 2)) -eq 1 ]; then
+      wrk_run limits 1 1 1 "$b_base" "$b_token" "$tmp/slice-baseline-$i.txt"
+      wrk_run limits 1 1 1 "$c_base" "$c_token" "$tmp/slice-current-$i.txt"
+    else
+      wrk_run limits 1 1 1 "$c_base" "$c_token" "$tmp/slice-current-$i.txt"
+      wrk_run limits 1 1 1 "$b_base" "$b_token" "$tmp/slice-baseline-$i.txt"
+    fi
+    for label in baseline current; do
+      f="$tmp/slice-$label-$i.txt"
+      printf '%s\t%s\t%s\t%s\t%s\n' "$label" "$i" "$(field p50_us "$f")" "$(field p99_us "$f")" \
+        "$(($(field status_errors "$f") + $(field connect "$f") + $(field read "$f") + $(field write "$f") + $(field timeout "$f")))" >>"$slices"
+    done
+  done
+  stop_service "$b_pid"
+  stop_service "$c_pid"
+  drop_database "$b_db"
+  drop_database "$c_db"
+fi
 load_after="$(cut -d' ' -f1-3 /proc/loadavg)"
 
 # --- the summary --------------------------------------------------------------------------------
@@ -428,4 +482,17 @@ wrk_version="$( (wrk -v 2>&1 || true) | awk 'NR == 1 {print $2}')" # wrk -v exit
       else print "- every answer a success: 0 HTTP statuses > 399, 0 socket errors"
       if (capped > 0) printf "- %d many-IPs figure(s) at ≥ 90 %% of the clients cap: raise -connections\n", capped
     }' "$results"
+  if [ -s "$slices" ]; then
+    # median FIELD LABEL: the median of FIELD over LABEL's slices.
+    median() { awk -F'\t' -v f="$1" -v l="$2" '$1 == l {print $f}' "$slices" | sort -n | awk '{v[NR] = $1} END {print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2)}'; }
+    b50="$(median 3 baseline)" c50="$(median 3 current)" b99="$(median 4 baseline)" c99="$(median 4 current)"
+    echo "- idle, interleaved (both binaries up at once, each idle on its own fresh database, $idle_secs slices of 1 s each alternating, wrk -c1 -t1):" \
+      "median p50 current $(awk -v v="$c50" 'BEGIN {printf "%.3f", v / 1000}') ms, baseline $(awk -v v="$b50" 'BEGIN {printf "%.3f", v / 1000}') ms," \
+      "current ÷ baseline $(awk -v c="$c50" -v b="$b50" 'BEGIN {printf "%.2f", c / b}');" \
+      "median p99 current $(awk -v v="$c99" 'BEGIN {printf "%.3f", v / 1000}') ms, baseline $(awk -v v="$b99" 'BEGIN {printf "%.3f", v / 1000}') ms"
+    echo "  - slices' p50 ms, baseline: $(awk -F'\t' '$1 == "baseline" {printf "%s%.3f", (n++ ? " " : ""), $3 / 1000}' "$slices")"
+    echo "  - slices' p50 ms, current:  $(awk -F'\t' '$1 == "current" {printf "%s%.3f", (n++ ? " " : ""), $3 / 1000}' "$slices")"
+    slice_errors="$(awk -F'\t' '{s += $5} END {print s + 0}' "$slices")"
+    [ "$slice_errors" -eq 0 ] || echo "  - ERRORS: $slice_errors idle answers in the slices were errors"
+  fi
 }
