@@ -19,13 +19,14 @@
 # A round is one binary on a fresh database and a fresh process: idle first, then the ceiling's
 # first half, many IPs, the ceiling's second half. With -baseline REV the rounds alternate,
 # baseline then current, ROUNDS (2) times, so that drift shows; and then both binaries run at
-# once, each idle on a fresh database of its own, while 1 s idle slices alternate between them,
-# IDLE_SECS per binary, each first in every other pair: a drift of the machine (other work on it) then weighs on both alike, and
-# the medians of the slices' p50s compare. One summary table ends the run.
+# once, each idle on a fresh database of its own, while IDLE_SLICES (20) pairs of 1 s idle slices
+# alternate between them, each binary first in every other pair: a drift of the machine (other
+# work on it) then weighs on both alike. The pairs' p50 ratios give their median, and how many
+# pairs the current binary was the faster of. One summary table ends the run.
 #
 # Usage: scripts/outside/run.sh [-baseline REV] [-rounds N] [-connections N] [-threads N]
 # Environment: PGBASE (postgres://postgres@127.0.0.1:5432; its user needs CREATEDB), SECS,
-# IDLE_SECS, WARMUP_SECS, ROUNDS, CONNECTIONS, THREADS; KEEP=1 keeps the temporary directory of
+# IDLE_SECS, IDLE_SLICES, WARMUP_SECS, ROUNDS, CONNECTIONS, THREADS; KEEP=1 keeps the temporary directory of
 # logs and outputs, which a failed run always keeps.
 #
 # Needs go, curl, openssl, psql and pgbench (PostgreSQL's client), and wrk, the HTTP load
@@ -39,6 +40,7 @@ pgbase="${PGBASE:-postgres://postgres@127.0.0.1:5432}"
 pgbase="${pgbase%/}"
 secs="${SECS:-20}"
 idle_secs="${IDLE_SECS:-10}"
+idle_slices="${IDLE_SLICES:-20}"
 warmup_secs="${WARMUP_SECS:-2}"
 rounds="${ROUNDS:-2}"
 connections="${CONNECTIONS:-1024}"
@@ -60,7 +62,7 @@ while [ $# -gt 0 ]; do
     *) echo "run.sh: unknown argument $1" >&2; usage ;;
   esac
 done
-for v in secs idle_secs warmup_secs rounds connections threads; do
+for v in secs idle_secs idle_slices warmup_secs rounds connections threads; do
   if ! [[ ${!v} =~ ^[0-9]+$ ]] || [ "${!v}" -lt 1 ]; then
     echo "run.sh: $v must be a whole number ≥ 1, not '${!v}'" >&2
     exit 2
@@ -409,10 +411,10 @@ if [ -n "$baseline_bin" ]; then
   b_pid=$S_PID b_db=$S_DB b_base=$S_BASE b_token=$S_TOKEN
   start_service interleaved-current "$current_bin"
   c_pid=$S_PID c_db=$S_DB c_base=$S_BASE c_token=$S_TOKEN
-  echo "interleaved idle: $idle_secs slices of 1 s per binary, alternating" >&2
+  echo "interleaved idle: $idle_slices pairs of 1 s slices, alternating" >&2
   wrk_run limits 1 1 "$warmup_secs" "$b_base" "$b_token" "$tmp/interleaved-baseline-warmup.txt"
   wrk_run limits 1 1 "$warmup_secs" "$c_base" "$c_token" "$tmp/interleaved-current-warmup.txt"
-  for i in $(seq 1 "$idle_secs"); do
+  for i in $(seq 1 "$idle_slices"); do
     # Each goes first in every other pair, so that the order weighs on neither.
     if [ $((i % 2)) -eq 1 ]; then
       wrk_run limits 1 1 1 "$b_base" "$b_token" "$tmp/slice-baseline-$i.txt"
@@ -474,7 +476,7 @@ wrk_version="$( (wrk -v 2>&1 || true) | awk 'NR == 1 {print $2}')" # wrk -v exit
         printf "- many IPs ÷ ceiling, baseline, mean of %d rounds: %.2f\n", rounds["baseline"], ratio["baseline"] / rounds["baseline"]
         per = ""
         for (i = 1; i <= rounds["current"]; i++) per = per (i > 1 ? ", " : "") sprintf("%.2f", p50r["current", i] / p50r["baseline", i])
-        printf "- idle p50, current ÷ baseline: %.2f (mean p50 %.3f ms ÷ %.3f ms; per round %s)\n",
+        printf "- idle p50 in the rounds, current ÷ baseline: %.2f (mean p50 %.3f ms ÷ %.3f ms; per round %s)\n",
           (p50["current"] / rounds["current"]) / (p50["baseline"] / rounds["baseline"]),
           p50["current"] / rounds["current"] / 1000, p50["baseline"] / rounds["baseline"] / 1000, per
       }
@@ -486,10 +488,15 @@ wrk_version="$( (wrk -v 2>&1 || true) | awk 'NR == 1 {print $2}')" # wrk -v exit
     # median FIELD LABEL: the median of FIELD over LABEL's slices.
     median() { awk -F'\t' -v f="$1" -v l="$2" '$1 == l {print $f}' "$slices" | sort -n | awk '{v[NR] = $1} END {print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2)}'; }
     b50="$(median 3 baseline)" c50="$(median 3 current)" b99="$(median 4 baseline)" c99="$(median 4 current)"
-    echo "- idle, interleaved (both binaries up at once, each idle on its own fresh database, $idle_secs slices of 1 s each alternating, wrk -c1 -t1):" \
-      "median p50 current $(awk -v v="$c50" 'BEGIN {printf "%.3f", v / 1000}') ms, baseline $(awk -v v="$b50" 'BEGIN {printf "%.3f", v / 1000}') ms," \
-      "current ÷ baseline $(awk -v c="$c50" -v b="$b50" 'BEGIN {printf "%.2f", c / b}');" \
+    echo "- idle, interleaved (both binaries up at once, each idle on its own fresh database; $idle_slices pairs of 1 s slices, wrk -c1 -t1, alternating):" \
+      "median p50 current $(awk -v v="$c50" 'BEGIN {printf "%.3f", v / 1000}') ms, baseline $(awk -v v="$b50" 'BEGIN {printf "%.3f", v / 1000}') ms;" \
       "median p99 current $(awk -v v="$c99" 'BEGIN {printf "%.3f", v / 1000}') ms, baseline $(awk -v v="$b99" 'BEGIN {printf "%.3f", v / 1000}') ms"
+    # Each pair's current ÷ baseline p50: their median, and the pairs the current binary won.
+    awk -F'\t' '$1 == "baseline" {b[$2] = $3} $1 == "current" {c[$2] = $3}
+      END {for (i in c) print c[i] / b[i]}' "$slices" | sort -n | awk '
+      {v[NR] = $1; if ($1 < 1) won++}
+      END {printf "  - p50 current ÷ baseline, median of the %d pairs: %.2f (quartiles %.2f–%.2f); current the faster in %d of %d pairs\n",
+        NR, NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2, v[int((NR + 3) / 4)], v[int((3 * NR + 3) / 4)], won, NR}'
     echo "  - slices' p50 ms, baseline: $(awk -F'\t' '$1 == "baseline" {printf "%s%.3f", (n++ ? " " : ""), $3 / 1000}' "$slices")"
     echo "  - slices' p50 ms, current:  $(awk -F'\t' '$1 == "current" {printf "%s%.3f", (n++ ? " " : ""), $3 / 1000}' "$slices")"
     slice_errors="$(awk -F'\t' '{s += $5} END {print s + 0}' "$slices")"
