@@ -439,6 +439,7 @@ load_after="$(cut -d' ' -f1-3 /proc/loadavg)"
 # --- the summary --------------------------------------------------------------------------------
 
 cap=$((connections * 10))
+busy=20 # the rest's share of the machine, in %, from which a round is flagged "machine busy"
 pg_version="$(psql -Atq "$pgbase/postgres?sslmode=disable" -c 'SHOW server_version')"
 wrk_version="$( (wrk -v 2>&1 || true) | awk 'NR == 1 {print $2}')" # wrk -v exits 1
 {
@@ -457,19 +458,20 @@ wrk_version="$( (wrk -v 2>&1 || true) | awk 'NR == 1 {print $2}')" # wrk -v exit
   echo
   echo "| binary | round | idle p50 ms | idle p99 ms | idle checks/s | many IPs req/s | many IPs errors | ceiling pairs/s | many IPs ÷ ceiling | CPU % service/backends/wrk/rest | note |"
   echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
-  awk -F'\t' -v cap="$cap" '{
+  awk -F'\t' -v cap="$cap" -v busy="$busy" '{
     idle_rate = $3 / ($4 / 1e6); many = $8 / ($9 / 1e6); ratio = many / $12
     note = ""
     if (many >= 0.9 * cap) note = "capped by clients"
     if ($7 > 0) note = note (note ? "; " : "") $7 " idle errors"
     if ($13 > 0) note = note (note ? "; " : "") $13 " failed pgbench transactions"
+    if ($17 >= busy) note = note (note ? "; " : "") "machine busy"
     printf "| %s | %d | %.3f | %.3f | %.0f | %.0f | %d status, %d socket | %.0f | %.2f | %d/%d/%d/%d | %s |\n",
       $1, $2, $5 / 1000, $6 / 1000, idle_rate, many, $10, $11, $12, ratio, $14, $15, $16, $17, note
   }' "$results"
   echo
-  awk -F'\t' -v cap="$cap" '
+  awk -F'\t' -v cap="$cap" -v busy="$busy" '
     { many = $8 / ($9 / 1e6); ratio[$1] += many / $12; p50[$1] += $5; rounds[$1]++; p50r[$1, $2] = $5
-      errors += $10 + $11 + $7; if (many >= 0.9 * cap) capped++ }
+      errors += $10 + $11 + $7; if (many >= 0.9 * cap) capped++; if ($17 >= busy) busied++ }
     END {
       printf "- many IPs ÷ ceiling, current, mean of %d rounds: %.2f (target ≥ 0.50)\n", rounds["current"], ratio["current"] / rounds["current"]
       if (rounds["baseline"] > 0) {
@@ -482,6 +484,7 @@ wrk_version="$( (wrk -v 2>&1 || true) | awk 'NR == 1 {print $2}')" # wrk -v exit
       }
       if (errors > 0) printf "- ERRORS: %d answers were errors (see the table): the figures are not to be quoted\n", errors
       else print "- every answer a success: 0 HTTP statuses > 399, 0 socket errors"
+      if (busied > 0) printf "- %d round(s) shared the machine with other work (the rest ≥ %d %% of it during many IPs, about 10 %% when quiet): their figures measure that too; quote a run on a quiet machine\n", busied, busy
       if (capped > 0) printf "- %d many-IPs figure(s) at ≥ 90 %% of the clients cap: raise -connections\n", capped
     }' "$results"
   if [ -s "$slices" ]; then
