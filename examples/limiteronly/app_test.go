@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"database/sql"
 	"encoding/json"
 	"fmt"
@@ -306,6 +307,42 @@ func (b *testBundle) counters(t *testing.T) int {
 
 func TestRun(t *testing.T) {
 	t.Parallel()
+
+	t.Run("PrunesCounters", func(t *testing.T) {
+		t.Parallel()
+
+		// The app's database with a counter whose window ended an hour ago, and one still open.
+		path := filepath.Join(t.TempDir(), "app.db")
+		sqlDB, err := OpenSQLite(path)
+		require.NoError(t, err)
+		t.Cleanup(func() { sqlDB.Close() })
+		require.NoError(t, MigrateApp(t.Context(), sqlDB, goose.DialectSQLite3))
+		engine, err := sqlite.NewEngineFromDB(sqlDB, &sqlite.Config{Logger: dbtest.Logger(t)})
+		require.NoError(t, err)
+		tables := db.NewTables(engine, &db.TablesConfig{Logger: dbtest.Logger(t)})
+		_, err = NewLimiter(t.Context(), &LimiterConfig{Tables: tables, Secret: testSecret})
+		require.NoError(t, err)
+		now := time.Now().UTC().Truncate(time.Second)
+		for key, end := range map[string]time.Time{"expired": now.Add(-time.Hour), "open": now.Add(10 * time.Minute)} {
+			_, ok, err := tables.RateLimitCounterConsume(t.Context(), &db.RateLimitCounterConsumeParams{
+				KeyHash: []byte(key), WindowStart: end.Add(-15 * time.Minute), WindowEnd: end, LimitCount: 5,
+			})
+			require.NoError(t, err)
+			require.True(t, ok)
+		}
+		b := &testBundle{sqlDB: sqlDB}
+		require.Equal(t, 2, b.counters(t))
+
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() {
+			done <- run(ctx, []string{"DATABASE_PATH=" + path, "APP_SECRET=" + string(testSecret), "HTTP_ADDR=127.0.0.1:0"})
+		}()
+		require.Eventually(t, func() bool { return b.counters(t) == 1 }, 30*time.Second, 10*time.Millisecond,
+			"the app's start prunes the expired counter, and only it")
+		cancel()
+		require.NoError(t, <-done)
+	})
 
 	for name, secret := range map[string]string{"Missing": "", "Short": "abc"} {
 		t.Run(name+"Secret", func(t *testing.T) {
