@@ -248,7 +248,7 @@ func (f *counterFigures) note(engine string) string {
 	size := "pg_total_relation_size (heap and indexes)"
 	after := " (PostgreSQL keeps a table's pages: (auto)vacuum makes the dead rows' room reusable)"
 	if engine == engineSQLite {
-		size = "dbstat's pages of the table (WITHOUT ROWID: its primary key) and its window_end index"
+		size = "dbstat's pages of the table and its indexes (the primary key's, window_end's)"
 		after = fmt.Sprintf(" of table pages; the file keeps %s (page_count × page_size): the freed pages, for later writes", fmtBytes(f.FileBytesAfterPrune))
 	}
 	return fmt.Sprintf("SELECT count(*) FROM rate_limit_counters after the flood: %d rows for %d admitted requests (%d sent, the ones cut "+
@@ -429,12 +429,15 @@ func (c *counterTable) read(ctx context.Context) (tableSize, error) {
 				pg_total_relation_size('rate_limit_counters'), pg_indexes_size('rate_limit_counters')`).
 			Scan(&s.rows, &s.bytes, &s.indexBytes)
 	} else {
-		// dbstat is SQLite's virtual table of every page: a WITHOUT ROWID table is the b-tree
-		// of its primary key, beside it the window_end index.
+		// dbstat is SQLite's virtual table of every page, by b-tree: the table's rows, and its
+		// indexes (the primary key's and window_end's), all named in sqlite_master with the
+		// table's name.
 		err = c.lite.QueryRowContext(ctx, `
 			SELECT (SELECT count(*) FROM rate_limit_counters),
-				(SELECT coalesce(sum(pgsize), 0) FROM dbstat WHERE name IN ('rate_limit_counters', 'rate_limit_counters_window_end_idx')),
-				(SELECT coalesce(sum(pgsize), 0) FROM dbstat WHERE name = 'rate_limit_counters_window_end_idx'),
+				(SELECT coalesce(sum(pgsize), 0) FROM dbstat
+					WHERE name IN (SELECT name FROM sqlite_master WHERE tbl_name = 'rate_limit_counters')),
+				(SELECT coalesce(sum(pgsize), 0) FROM dbstat
+					WHERE name IN (SELECT name FROM sqlite_master WHERE tbl_name = 'rate_limit_counters' AND type = 'index')),
 				(SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size())`).
 			Scan(&s.rows, &s.bytes, &s.indexBytes, &s.fileBytes)
 	}

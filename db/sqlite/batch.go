@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"strings"
+	"sync"
 
 	"github.com/postguard/postguard/db"
 )
@@ -28,6 +29,72 @@ const (
 		" RETURNING key_hash, count"
 )
 
+// upsertQuery is the batch's upsert of n rows.
+func upsertQuery(n int) string {
+	var query strings.Builder
+	query.Grow(len(upsertHead) + n*(len(upsertValues)+2) + len(upsertTail))
+	query.WriteString(upsertHead)
+	for i := range n {
+		if i > 0 {
+			query.WriteString(", ")
+		}
+		query.WriteString(upsertValues)
+	}
+	query.WriteString(upsertTail)
+	return query.String()
+}
+
+// maxPreparedUpsert is the largest upsert kept prepared: a batch of db.DefaultCounterBatchMax.
+const maxPreparedUpsert = db.DefaultCounterBatchMax
+
+// upserts are the batch's upserts prepared once on the engine's *sql.DB, one per size, so that a
+// batch does not prepare its statements anew: a transaction's StmtContext takes the one prepared
+// on its connection. They are prepared before the batch's transaction begins (the one connection
+// is free then), up to the batch's size, the first time a batch is that large.
+type upserts struct {
+	db *sql.DB
+
+	mu    sync.Mutex
+	stmts []*sql.Stmt // stmts[n-1] upserts n rows
+}
+
+// prepare prepares the upserts of up to n rows not prepared yet.
+func (u *upserts) prepare(ctx context.Context, n int) error {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	for size := len(u.stmts) + 1; size <= min(n, maxPreparedUpsert); size++ {
+		stmt, err := u.db.PrepareContext(ctx, upsertQuery(size))
+		if err != nil {
+			return failed("preparing a batch of rate limit checks", err)
+		}
+		u.stmts = append(u.stmts, stmt)
+	}
+	return nil
+}
+
+// close closes the prepared upserts (on a *sql.DB of the caller's, which stays open).
+func (u *upserts) close() {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	for _, stmt := range u.stmts {
+		_ = stmt.Close() // frees the statement; its failure leaves nothing behind
+	}
+	u.stmts = nil
+}
+
+// stmt is the prepared upsert of n rows, nil when it is not prepared.
+func (u *upserts) stmt(n int) *sql.Stmt {
+	if u == nil {
+		return nil
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if n > len(u.stmts) {
+		return nil
+	}
+	return u.stmts[n-1]
+}
+
 // RateLimitCounterConsumeBatch implements db.Counters in one transaction: the devices' check, then
 // one upsert of every chain's first window, one of the second windows of the chains whose first
 // admitted, one of the third, and one read of the users of the chains that admitted; then one
@@ -37,6 +104,11 @@ func (q *queries) RateLimitCounterConsumeBatch(ctx context.Context, chains []*db
 	sqlDB, ok := q.dbtx.(*sql.DB)
 	if !ok {
 		return nil, errors.New("sqlite: a batch of checks runs on the engine's *sql.DB, in a transaction of its own")
+	}
+	if q.upserts != nil {
+		if err := q.upserts.prepare(ctx, len(chains)); err != nil {
+			return nil, err
+		}
 	}
 	tx, err := sqlDB.BeginTx(ctx, nil)
 	if err != nil {
@@ -57,7 +129,7 @@ func (q *queries) RateLimitCounterConsumeBatch(ctx context.Context, chains []*db
 		live[i] = i
 	}
 	for position := range db.RateLimitChainMax {
-		if live, err = batchUpsert(ctx, tx, chains, results, live, position); err != nil {
+		if live, err = batchUpsert(ctx, tx, q.upserts, chains, results, live, position); err != nil {
 			return nil, err
 		}
 		if len(live) == 0 {
@@ -104,7 +176,7 @@ func batchDevices(ctx context.Context, tx *sql.Tx, chains []*db.RateLimitCounter
 
 // batchUpsert spends the window at position of each live chain that has one, in one statement,
 // and returns the chains whose window admitted and that have a window after it.
-func batchUpsert(ctx context.Context, tx *sql.Tx, chains []*db.RateLimitCounterChainParams, results []*db.RateLimitCounterChainResult, live []int, position int) ([]int, error) {
+func batchUpsert(ctx context.Context, tx *sql.Tx, prepared *upserts, chains []*db.RateLimitCounterChainParams, results []*db.RateLimitCounterChainResult, live []int, position int) ([]int, error) {
 	keys := make(map[string]int, len(live)) // key → chain
 	args := make([]any, 0, 4*len(live))
 	for _, i := range live {
@@ -123,17 +195,13 @@ func batchUpsert(ctx context.Context, tx *sql.Tx, chains []*db.RateLimitCounterC
 		return nil, nil
 	}
 
-	var query strings.Builder
-	query.Grow(len(upsertHead) + len(keys)*(len(upsertValues)+2) + len(upsertTail))
-	query.WriteString(upsertHead)
-	for n := range len(keys) {
-		if n > 0 {
-			query.WriteString(", ")
-		}
-		query.WriteString(upsertValues)
+	var rows *sql.Rows
+	var err error
+	if stmt := prepared.stmt(len(keys)); stmt != nil {
+		rows, err = tx.StmtContext(ctx, stmt).QueryContext(ctx, args...)
+	} else {
+		rows, err = tx.QueryContext(ctx, upsertQuery(len(keys)), args...)
 	}
-	query.WriteString(upsertTail)
-	rows, err := tx.QueryContext(ctx, query.String(), args...)
 	if err != nil {
 		return nil, failed("consuming rate limit counters of a batch", err)
 	}
@@ -141,7 +209,7 @@ func batchUpsert(ctx context.Context, tx *sql.Tx, chains []*db.RateLimitCounterC
 
 	next := live[:0:0]
 	for rows.Next() {
-		var key []byte
+		var key sql.RawBytes
 		var count int64
 		if err := rows.Scan(&key, &count); err != nil {
 			return nil, failed("consuming rate limit counters of a batch", err)

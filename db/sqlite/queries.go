@@ -19,6 +19,8 @@ var sqlc = dbsqlc.New() //nolint:gochecknoglobals // stateless
 // as numbers, with no text format to agree on): us and at convert them.
 type queries struct {
 	dbtx dbsqlc.DBTX
+	// upserts are the batch of checks' prepared statements: the engine's counters' only.
+	upserts *upserts
 }
 
 // Users.

@@ -64,6 +64,7 @@ type Engine struct {
 	secretPath string // "" for an engine on a *sql.DB of the caller's (NewEngineFromDB)
 	ownsDB     bool   // Close closes db
 	tracer     QueryTracer
+	upserts    *upserts // the batches of checks' prepared upserts
 }
 
 var _ db.Engine[*sql.Tx] = (*Engine)(nil)
@@ -133,6 +134,7 @@ func NewEngine(ctx context.Context, path string, config *Config) (*Engine, error
 		secretPath: SecretPath(path),
 		ownsDB:     true,
 		tracer:     config.Tracer,
+		upserts:    &upserts{db: sqlDB},
 	}
 	if err := engine.moveLegacySecret(ctx); err != nil {
 		sqlDB.Close()
@@ -155,7 +157,7 @@ func NewEngineFromDB(sqlDB *sql.DB, config *Config) (*Engine, error) {
 	if config == nil {
 		config = &Config{}
 	}
-	return &Engine{db: sqlDB, logger: cmp.Or(config.Logger, slog.Default()), tracer: config.Tracer}, nil
+	return &Engine{db: sqlDB, logger: cmp.Or(config.Logger, slog.Default()), tracer: config.Tracer, upserts: &upserts{db: sqlDB}}, nil
 }
 
 // Name implements db.Engine.
@@ -185,7 +187,7 @@ func (e *Engine) Queries() db.Queries { return &queries{dbtx: e.traced(e.db)} }
 func (e *Engine) QueriesTx(tx *sql.Tx) db.Queries { return &queries{dbtx: e.traced(tx)} }
 
 // Counters implements db.Engine: on the one connection, like everything else.
-func (e *Engine) Counters() db.Counters { return &queries{dbtx: e.db} }
+func (e *Engine) Counters() db.Counters { return &queries{dbtx: e.db, upserts: e.upserts} }
 
 // InterpretError implements db.Engine.
 func (e *Engine) InterpretError(err error) error { return interpretError(err) }
@@ -239,6 +241,7 @@ func (e *Engine) Ready(ctx context.Context) error {
 // Close implements db.Engine: it closes the database, unless the engine was made on the caller's
 // *sql.DB (NewEngineFromDB).
 func (e *Engine) Close() error {
+	e.upserts.close()
 	if !e.ownsDB {
 		return nil
 	}

@@ -91,11 +91,19 @@ func (b *Batcher[T, R]) Do(ctx context.Context, item T) (R, error) {
 
 	b.mu.Lock()
 	b.queue = append(b.queue, c)
-	b.startBatches()
+	alone := b.startBatches(c)
 	if c.flight == nil && b.config.Queued != nil {
 		b.config.Queued(len(b.queue))
 	}
 	b.mu.Unlock()
+
+	if alone {
+		// An idle call is its batch alone: it runs on the caller's goroutine, under the
+		// caller's ctx (nobody else waits for it), with no hand-off to another goroutine.
+		results, err := b.config.Run(ctx, []T{item})
+		b.finish([]*call[T, R]{c}, results, err)
+		return c.result, c.err
+	}
 
 	select {
 	case <-c.done:
@@ -120,14 +128,20 @@ func (b *Batcher[T, R]) Do(ctx context.Context, item T) (R, error) {
 }
 
 // startBatches starts batches from the queue while fewer than MaxInFlight run and a call can go.
-// b.mu is held.
-func (b *Batcher[T, R]) startBatches() {
+// A batch that is caller alone is not started but counted in flight, and alone is true: the
+// caller runs it itself. b.mu is held.
+func (b *Batcher[T, R]) startBatches(caller *call[T, R]) (alone bool) {
 	for b.inFlight < b.config.MaxInFlight && len(b.queue) > 0 {
 		calls := b.take()
 		if len(calls) == 0 { // every queued call waits on a key in flight
-			return
+			return alone
 		}
 		b.inFlight++
+		if len(calls) == 1 && calls[0] == caller {
+			caller.flight = &flight{waiting: 1, cancel: func() {}}
+			alone = true
+			continue
+		}
 		ctx, cancel := context.WithCancel(context.WithoutCancel(calls[0].ctx))
 		f := &flight{waiting: len(calls), cancel: cancel}
 		for _, c := range calls {
@@ -135,6 +149,7 @@ func (b *Batcher[T, R]) startBatches() {
 		}
 		go b.run(ctx, f, calls)
 	}
+	return alone
 }
 
 // take takes the next batch out of the queue: the calls, in arrival order, up to MaxSize, whose
@@ -189,11 +204,15 @@ func (b *Batcher[T, R]) run(ctx context.Context, f *flight, calls []*call[T, R])
 		items[i] = c.item
 	}
 	results, err := b.config.Run(ctx, items)
-	if err == nil && len(results) != len(items) {
+	f.cancel()
+	b.finish(calls, results, err)
+}
+
+// finish answers the calls of a batch that ran, and starts the batches it made room for.
+func (b *Batcher[T, R]) finish(calls []*call[T, R], results []R, err error) {
+	if err == nil && len(results) != len(calls) {
 		err = errors.New("batch: Run returned a result count other than its items'")
 	}
-	f.cancel()
-
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for i, c := range calls {
@@ -208,7 +227,7 @@ func (b *Batcher[T, R]) run(ctx context.Context, f *flight, calls []*call[T, R])
 		}
 	}
 	b.inFlight--
-	b.startBatches()
+	b.startBatches(nil)
 }
 
 // remove takes c out of the queue. b.mu is held.
@@ -222,7 +241,7 @@ func (b *Batcher[T, R]) remove(c *call[T, R]) {
 		}
 	}
 	// Calls behind c that waited only on c's keys may go now.
-	b.startBatches()
+	b.startBatches(nil)
 }
 
 func duplicateKey(keys [][]byte) bool {

@@ -267,18 +267,53 @@ func TestDo_BatchContextEndsWhenNoCallerWaits(t *testing.T) {
 	t.Parallel()
 	g := newGated(t, 1, 8)
 
-	ctx, cancel := context.WithCancel(t.Context())
-	a := g.do(ctx, it("a", "k1"))
-	batch := g.nextBatch(t, "a")
-	cancel()
+	x := g.do(t.Context(), it("x", "k0"))
+	first := g.nextBatch(t, "x")
+	ctxA, cancelA := context.WithCancel(t.Context())
+	ctxB, cancelB := context.WithCancel(t.Context())
+	a := g.doQueued(t, ctxA, it("a", "k1"), 1)
+	b := g.doQueued(t, ctxB, it("b", "k2"), 2)
+	close(first.release)
+	wantAnswer(t, x, "x")
+	batch := g.nextBatch(t, "a", "b")
+
+	cancelA()
 	if got := <-a; !errors.Is(got.err, context.Canceled) {
+		t.Fatalf("answer = %v, want context.Canceled", got.err)
+	}
+	if err := batch.ctx.Err(); err != nil {
+		t.Fatalf("batch's context ended (%v) while b still waits for it", err)
+	}
+	cancelB()
+	if got := <-b; !errors.Is(got.err, context.Canceled) {
 		t.Fatalf("answer = %v, want context.Canceled", got.err)
 	}
 	<-batch.ctx.Done() // the statement is cancelled: nobody waits for it
 	close(batch.release)
 
 	// The Batcher goes on: the slot is free again.
-	b := g.do(t.Context(), it("b", "k1"))
+	c := g.do(t.Context(), it("c", "k1"))
+	close(g.nextBatch(t, "c").release)
+	wantAnswer(t, c, "c")
+}
+
+func TestDo_IdleCallRunsUnderItsOwnContext(t *testing.T) {
+	t.Parallel()
+	g := newGated(t, 1, 8)
+
+	// A call alone runs on its caller's goroutine, under its caller's context: cancelling it
+	// cancels its statement (which answers with the cancellation, as a real one would).
+	ctx, cancel := context.WithCancel(t.Context())
+	a := g.do(ctx, it("a", "k1"))
+	batch := g.nextBatch(t, "a")
+	cancel()
+	<-batch.ctx.Done()
+	batch.release <- context.Canceled
+	if got := <-a; !errors.Is(got.err, context.Canceled) {
+		t.Fatalf("answer = %v, want context.Canceled", got.err)
+	}
+
+	b := g.do(t.Context(), it("b", "k1")) // its slot and key are free again
 	close(g.nextBatch(t, "b").release)
 	wantAnswer(t, b, "b")
 }
