@@ -63,7 +63,7 @@ func (u *upserts) prepare(ctx context.Context, n int) error {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	for size := len(u.stmts) + 1; size <= min(n, maxPreparedUpsert); size++ {
-		stmt, err := u.db.PrepareContext(ctx, upsertQuery(size))
+		stmt, err := u.db.PrepareContext(ctx, upsertQuery(size)) //nolint:sqlclosecheck // kept prepared: close closes it
 		if err != nil {
 			return failed("preparing a batch of rate limit checks", err)
 		}
@@ -198,7 +198,11 @@ func batchUpsert(ctx context.Context, tx *sql.Tx, prepared *upserts, chains []*d
 	var rows *sql.Rows
 	var err error
 	if stmt := prepared.stmt(len(keys)); stmt != nil {
-		rows, err = tx.StmtContext(ctx, stmt).QueryContext(ctx, args...)
+		// The transaction's statement is the one prepared on its connection: closing it leaves
+		// that one prepared.
+		inTx := tx.StmtContext(ctx, stmt)
+		defer inTx.Close()
+		rows, err = inTx.QueryContext(ctx, args...)
 	} else {
 		rows, err = tx.QueryContext(ctx, upsertQuery(len(keys)), args...)
 	}
