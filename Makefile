@@ -14,7 +14,7 @@ GO ?= go
 MODULES := . cmd
 TOOL := GOWORK=off $(GO) tool -modfile=$(CURDIR)/tools/go.mod
 
-.PHONY: run test generate lint lint-openapi axe-core bench fuzz load soak
+.PHONY: run test generate lint lint-openapi axe-core bench fuzz load load-outside soak
 
 run:
 	$(GO) run ./cmd/postguard serve
@@ -50,6 +50,13 @@ axe-core:
 
 load:
 	$(GO) run ./cmd/postguard-load
+
+# The built binary from outside its process: wrk against `postguard serve` beside pgbench's
+# two-upsert ceiling, and one check's idle latency (scripts/outside/run.sh says how; needs
+# PostgreSQL at PGBASE). OUTSIDE_FLAGS=-baseline REV adds REV's binary, rounds alternating.
+OUTSIDE_FLAGS ?=
+load-outside:
+	scripts/outside/run.sh $(OUTSIDE_FLAGS)
 
 # The built binary as separate api and worker processes, under load and faults, then checked.
 soak:

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pressly/goose/v3"
 	"github.com/stretchr/testify/require"
 
 	"github.com/postguard/postguard/db"
@@ -244,4 +245,44 @@ func TestTables_MigrateTablesRevision2(t *testing.T) {
 			require.ErrorContains(t, err, "rate_limit_counters")
 		})
 	})
+}
+
+// The SQLite limiter's migration 3 rebuilds the counters as a rowid table: the counters a
+// database holds come through it, and the table is one whose new rows go at its end.
+func TestMigrateTables_SQLiteCountersByRowid(t *testing.T) {
+	t.Parallel()
+
+	ctx := t.Context()
+	store := dbtest.NewSQLiteUnmigrated(t)
+	sqlDB := store.SQLite.DB()
+	migrations, err := fs.Sub(db.Migrations, "migrations/sqlite/limiter")
+	require.NoError(t, err)
+	provider, err := goose.NewProvider(goose.DialectSQLite3, sqlDB, migrations,
+		goose.WithDisableGlobalRegistry(true), goose.WithTableName(db.PartLimiter.GooseTable()), goose.WithSlog(dbtest.Logger(t)))
+	require.NoError(t, err)
+	_, err = provider.UpTo(ctx, 2)
+	require.NoError(t, err)
+
+	var ddl string
+	require.NoError(t, sqlDB.QueryRowContext(ctx, `SELECT sql FROM sqlite_master WHERE name = 'rate_limit_counters'`).Scan(&ddl))
+	require.Contains(t, ddl, "WITHOUT ROWID", "version 2's table")
+	window := &db.RateLimitCounterConsumeParams{KeyHash: tokenHash("kept"), WindowStart: now, WindowEnd: now.Add(time.Hour), LimitCount: 5}
+	for range 2 {
+		_, _, err := store.RateLimitCounterConsume(ctx, window)
+		require.NoError(t, err)
+	}
+
+	require.NoError(t, store.MigrateTables(ctx, &db.MigrateOpts{Parts: []db.Part{db.PartLimiter}}))
+	require.NoError(t, sqlDB.QueryRowContext(ctx, `SELECT sql FROM sqlite_master WHERE name = 'rate_limit_counters'`).Scan(&ddl))
+	require.NotContains(t, ddl, "WITHOUT ROWID")
+	count, err := store.RateLimitCounterGet(ctx, &db.RateLimitCounterGetParams{KeyHash: window.KeyHash, WindowStart: now})
+	require.NoError(t, err)
+	require.Equal(t, int64(2), count, "the counter came through the rebuild")
+	count, ok, err := store.RateLimitCounterConsume(ctx, window)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, int64(3), count, "and counts on")
+	var indexes int
+	require.NoError(t, sqlDB.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE type = 'index' AND tbl_name = 'rate_limit_counters'`).Scan(&indexes))
+	require.Equal(t, 2, indexes, "the primary key's and window_end's")
 }

@@ -135,6 +135,12 @@ type Counters interface {
 	// SQLite one call on one connection, outside any transaction). It is the rate limiter's hot
 	// path.
 	RateLimitCounterConsumeChain(ctx context.Context, params *RateLimitCounterChainParams) (*RateLimitCounterChainResult, error)
+	// RateLimitCounterConsumeBatch spends several requests' chains, each as
+	// RateLimitCounterConsumeChain does, in one round trip (on PostgreSQL one statement, on
+	// SQLite one transaction), all or none: when it fails, none of them spent anything. It
+	// returns one result per chain, in order. No key may be in two of the chains. The Tables
+	// batch concurrent checks into it (see NewTables).
+	RateLimitCounterConsumeBatch(ctx context.Context, chains []*RateLimitCounterChainParams) ([]*RateLimitCounterChainResult, error)
 	// RateLimitCounterGet reads how many requests a window has counted (0 when none), spending
 	// nothing.
 	RateLimitCounterGet(ctx context.Context, params *RateLimitCounterGetParams) (int64, error)

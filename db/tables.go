@@ -1,22 +1,58 @@
 package db
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+
+	"github.com/postguard/postguard/internal/batch"
 )
 
 // TablesConfig configures NewTables. A nil *TablesConfig takes every default.
 type TablesConfig struct {
 	// Logger receives the migrations' lines; slog.Default() when nil.
 	Logger *slog.Logger
+
+	// CounterBatchMax bounds how many requests' checks share one statement (see NewTables);
+	// DefaultCounterBatchMax when 0. 1 gives every request a statement of its own.
+	CounterBatchMax int
+
+	// CounterBatchInFlight is how many statements of checks may run at once; when 0, as many as
+	// the engine's counters have connections (on PostgreSQL the rate-limit pool's size, on
+	// SQLite 1).
+	CounterBatchInFlight int
+
+	// batchQueued and batchGate are the tests' hooks (export_test.go): told of each check that
+	// waits for a batch, and run before each batch's statement.
+	batchQueued func(n int)
+	batchGate   func(ctx context.Context, n int)
+}
+
+// DefaultCounterBatchMax is TablesConfig.CounterBatchMax's default: enough requests per statement
+// to take the round trips out of a busy process's cost, few enough that a statement stays short
+// (a batch of 128 forgot-password checks is one statement of a few hundred rows).
+const DefaultCounterBatchMax = 128
+
+// counterConns is implemented by an engine's Counters that knows how many connections its
+// statements may take at once.
+type counterConns interface {
+	RateLimitCounterConns() int
 }
 
 // NewTables returns postguard's tables on engine: for a host app that uses postguard's limiter
 // (the Tables are an abuse.Consumer) and mail workers (jobs) on its own pool or *sql.DB
 // (postgres.NewEngineFromPool, sqlite.NewEngineFromDB), and for postguard's own server. The
 // Tables own engine: closing them closes it (which leaves a host's own pool or *sql.DB open).
+//
+// The Tables batch the rate limiter's checks (RateLimitCounterConsumeChain) naturally: a check
+// that finds a connection free goes at once, alone, in the statement it always had; checks that
+// arrive while every connection runs one wait, and go together in the next statement
+// (RateLimitCounterConsumeBatch), up to TablesConfig.CounterBatchMax of them. A key is in one
+// check of a statement at most, and a check never overtakes an earlier one of its keys, so each
+// key's checks run in arrival order and every limit stays exact; each check's windows are still
+// spent in order, IP first, each only when the ones before it admitted.
 func NewTables[TTx any](engine Engine[TTx], config *TablesConfig) Tables {
 	if config == nil {
 		config = &TablesConfig{}
@@ -30,6 +66,24 @@ func NewTables[TTx any](engine Engine[TTx], config *TablesConfig) Tables {
 	if t.logger == nil {
 		t.logger = slog.Default()
 	}
+	inFlight := config.CounterBatchInFlight
+	if conns, ok := t.Counters.(counterConns); ok && inFlight <= 0 {
+		inFlight = conns.RateLimitCounterConns()
+	}
+	run := t.consumeBatch
+	if gate := config.batchGate; gate != nil {
+		run = func(ctx context.Context, chains []*RateLimitCounterChainParams) ([]*RateLimitCounterChainResult, error) {
+			gate(ctx, len(chains))
+			return t.consumeBatch(ctx, chains)
+		}
+	}
+	t.checks = batch.New(batch.Config[*RateLimitCounterChainParams, *RateLimitCounterChainResult]{
+		Run:         run,
+		Queued:      config.batchQueued,
+		Keys:        chainKeys,
+		MaxInFlight: max(inFlight, 1),
+		MaxSize:     max(cmp.Or(config.CounterBatchMax, DefaultCounterBatchMax), 1),
+	})
 	return t
 }
 
@@ -40,27 +94,77 @@ type tables[TTx any] struct {
 
 	engine Engine[TTx]
 	logger *slog.Logger
+	checks *batch.Batcher[*RateLimitCounterChainParams, *RateLimitCounterChainResult]
 }
 
-// RateLimitCounterConsumeChain implements Counters: it checks the chain, and spends a chain of
-// one window with the single statement (the engines' chains are for several: on PostgreSQL a
-// statement of three CTEs and thirteen parameters, on SQLite a connection held across
-// statements), so that a one-rule check costs what it did before chains.
+// RateLimitCounterConsumeChain implements Counters: it checks the chain and has it spent in the
+// next batch of checks (see NewTables). When ctx ends while the chain waits for its batch, it is
+// never spent; when it ends while the batch runs, the call returns at once and the chain may have
+// been spent, as a request cut off after reaching the database may be.
 func (s *tables[TTx]) RateLimitCounterConsumeChain(ctx context.Context, params *RateLimitCounterChainParams) (*RateLimitCounterChainResult, error) {
-	if err := checkWindows(len(params.Windows), func(i int) []byte { return params.Windows[i].KeyHash }, params.Device); err != nil {
+	if err := checkChain(params); err != nil {
 		return nil, err
 	}
+	return s.checks.Do(ctx, params)
+}
+
+// RateLimitCounterConsumeBatch implements Counters: it checks the chains, and that no key is in
+// two of them.
+func (s *tables[TTx]) RateLimitCounterConsumeBatch(ctx context.Context, chains []*RateLimitCounterChainParams) ([]*RateLimitCounterChainResult, error) {
+	seen := make(map[string]struct{})
+	for i, chain := range chains {
+		if err := checkChain(chain); err != nil {
+			return nil, fmt.Errorf("chain %d of a batch: %w", i+1, err)
+		}
+		for _, key := range chainKeys(chain) {
+			if _, ok := seen[string(key)]; ok {
+				return nil, fmt.Errorf("chain %d of a batch: a key of an earlier chain", i+1)
+			}
+			seen[string(key)] = struct{}{}
+		}
+	}
+	return s.consumeBatch(ctx, chains)
+}
+
+// consumeBatch spends a batch of checked chains: a batch of one in the statement a lone check
+// always had (a chain of one window in the single statement, so that a one-rule check costs what
+// it did before chains), several in the engine's batch statement.
+func (s *tables[TTx]) consumeBatch(ctx context.Context, chains []*RateLimitCounterChainParams) ([]*RateLimitCounterChainResult, error) {
+	if len(chains) > 1 {
+		return s.Counters.RateLimitCounterConsumeBatch(ctx, chains)
+	}
+	params := chains[0]
 	if len(params.Windows) > 1 || params.UserEmail != "" || params.Device != nil {
-		return s.Counters.RateLimitCounterConsumeChain(ctx, params)
+		result, err := s.Counters.RateLimitCounterConsumeChain(ctx, params)
+		if err != nil {
+			return nil, err
+		}
+		return []*RateLimitCounterChainResult{result}, nil
 	}
 	count, ok, err := s.RateLimitCounterConsume(ctx, &params.Windows[0])
 	switch {
 	case err != nil:
 		return nil, err
 	case !ok:
-		return &RateLimitCounterChainResult{}, nil
+		return []*RateLimitCounterChainResult{{}}, nil
 	}
-	return &RateLimitCounterChainResult{Counts: []int64{count}}, nil
+	return []*RateLimitCounterChainResult{{Counts: []int64{count}}}, nil
+}
+
+// chainKeys are the rows a chain may touch: its windows' keys, and its device's bucket.
+func chainKeys(params *RateLimitCounterChainParams) [][]byte {
+	keys := make([][]byte, 0, len(params.Windows)+1)
+	for _, w := range params.Windows {
+		keys = append(keys, w.KeyHash)
+	}
+	if params.Device != nil {
+		keys = append(keys, params.Device.KeyHash)
+	}
+	return keys
+}
+
+func checkChain(params *RateLimitCounterChainParams) error {
+	return checkWindows(len(params.Windows), func(i int) []byte { return params.Windows[i].KeyHash }, params.Device)
 }
 
 // RateLimitCounterGetMany implements Counters: it checks the windows.

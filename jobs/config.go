@@ -1,5 +1,6 @@
 // Package jobs holds postguard's River jobs: the transactional emails (welcome, verification,
-// password reset) and the periodic prune, their retry policy, the shared send pacer, and
+// password reset) and the periodic prunes (prune, and prune_counters for the rate-limit
+// counters), their retry policy, the shared send pacer, and
 // NewRiverConfig, which assembles the whole River configuration of a postguard process. The
 // tokens mailed in links are the tokens package's; the mail itself, jobs/mail's.
 //
@@ -35,7 +36,9 @@ import (
 const (
 	// QueueEmail is the queue of the email jobs, worked by Config.EmailWorkers per process.
 	QueueEmail = "email"
-	// QueueMaintenance is the queue of the prune job, worked one at a time.
+	// QueueMaintenance is the queue of the two prune jobs, each unique while in flight, worked
+	// side by side (two workers), so that a long prune of finished jobs never holds the
+	// counters' prune back.
 	QueueMaintenance = "maintenance"
 )
 
@@ -48,6 +51,10 @@ const (
 	DefaultJobRetention     = 336 * time.Hour  // JOB_RETENTION
 	DefaultCounterRetention = 24 * time.Hour   // COUNTER_RETENTION
 	DefaultPruneInterval    = time.Hour        // PRUNE_INTERVAL
+	// DefaultCounterPruneInterval is a minute: between two runs the counters table holds at most
+	// a minute's fresh keys more than the admitted rate × (window + COUNTER_RETENTION), a
+	// 1/1440 share of a day's retention (docs/operations.md, Sizing the counters table).
+	DefaultCounterPruneInterval = time.Minute // COUNTER_PRUNE_INTERVAL
 )
 
 // DeviceRevocationMargin is how long past DeviceTokenTTL a revocation of trusted devices is kept:
@@ -130,6 +137,9 @@ type Config struct {
 	DeviceTokenTTL time.Duration
 	// PruneInterval is the period of the prune job (PRUNE_INTERVAL).
 	PruneInterval time.Duration
+	// CounterPruneInterval is the period of the prune_counters job (COUNTER_PRUNE_INTERVAL),
+	// which deletes the rate-limit counters past CounterRetention.
+	CounterPruneInterval time.Duration
 	// MaxRPS is the most sends per second through Deps.Sender, all worker processes together
 	// (RESEND_MAX_RPS); 0 (or a rate so high that its slots would be under a microsecond apart)
 	// sends unpaced. Deps.Providers carry their own.
@@ -156,6 +166,7 @@ func (c *Config) withDefaults() *Config {
 	out.JobRetention = cmp.Or(out.JobRetention, DefaultJobRetention)
 	out.CounterRetention = cmp.Or(out.CounterRetention, DefaultCounterRetention)
 	out.PruneInterval = cmp.Or(out.PruneInterval, DefaultPruneInterval)
+	out.CounterPruneInterval = cmp.Or(out.CounterPruneInterval, DefaultCounterPruneInterval)
 	out.CircuitCooldown = cmp.Or(out.CircuitCooldown, DefaultCircuitCooldown)
 	out.DeviceTokenTTL = cmp.Or(out.DeviceTokenTTL, abuse.DefaultDeviceTokenTTL)
 	out.AppURL = strings.TrimRight(out.AppURL, "/")
@@ -171,6 +182,7 @@ type Workers struct {
 	VerificationEmail  *VerificationEmailWorker
 	PasswordResetEmail *PasswordResetEmailWorker
 	Prune              *PruneWorker
+	PruneCounters      *PruneCountersWorker
 }
 
 // NewWorkers builds the workers of deps and config, to Register on a River registry: postguard's
@@ -232,6 +244,7 @@ func NewWorkers(deps *Deps, config *Config) (*Workers, error) {
 		VerificationEmail:  &VerificationEmailWorker{emailWorker[VerificationEmailArgs]{mailer: m, spec: verificationEmail}},
 		PasswordResetEmail: &PasswordResetEmailWorker{emailWorker[PasswordResetEmailArgs]{mailer: m, spec: passwordResetEmail}},
 		Prune:              newPruneWorker(deps.Store, deps.Jobs, logger, config),
+		PruneCounters:      newPruneCountersWorker(deps.Store, logger, config),
 	}, nil
 }
 
@@ -242,6 +255,7 @@ func (w *Workers) Register(workers *river.Workers) error {
 		river.AddWorkerSafely(workers, w.VerificationEmail),
 		river.AddWorkerSafely(workers, w.PasswordResetEmail),
 		river.AddWorkerSafely(workers, w.Prune),
+		river.AddWorkerSafely(workers, w.PruneCounters),
 	); err != nil {
 		return fmt.Errorf("error registering workers: %w", err)
 	}
@@ -249,9 +263,10 @@ func (w *Workers) Register(workers *river.Workers) error {
 }
 
 // NewRiverConfig builds the whole River configuration of a postguard process (a host app builds
-// its own, with NewWorkers): the four workers;
-// the queues (email with config.EmailWorkers, maintenance with 1) and the periodic prune (every
-// PruneInterval, run on start, leader only) unless config.InsertOnly; RetryPolicy; JobTimeout;
+// its own, with NewWorkers): the five workers;
+// the queues (email with config.EmailWorkers, maintenance with 2) and the periodic prunes (prune
+// every PruneInterval, prune_counters every CounterPruneInterval, both run on start, leader only)
+// unless config.InsertOnly; RetryPolicy; JobTimeout;
 // RescueStuckJobsAfter; River's job cleaner switched off (all three retentions -1, so prune is the
 // one retention policy); riverlog's middleware (a worker's lines show on its job in River UI);
 // the fetch tuning; the logger. With deps.Sender nil the email queue is left out: email jobs stay
@@ -312,7 +327,7 @@ func NewRiverConfig(deps *Deps, config *Config) (*river.Config, error) {
 	}
 
 	riverConfig.Queues = map[string]river.QueueConfig{
-		QueueMaintenance: {MaxWorkers: 1},
+		QueueMaintenance: {MaxWorkers: 2},
 	}
 	if deps.Sender != nil || len(deps.Providers) > 0 {
 		riverConfig.Queues[QueueEmail] = river.QueueConfig{MaxWorkers: config.EmailWorkers}
@@ -324,6 +339,11 @@ func NewRiverConfig(deps *Deps, config *Config) (*river.Config, error) {
 			river.PeriodicInterval(config.PruneInterval),
 			func() (river.JobArgs, *river.InsertOpts) { return PruneArgs{}, nil },
 			&river.PeriodicJobOpts{ID: PruneArgs{}.Kind(), RunOnStart: true},
+		),
+		river.NewPeriodicJob(
+			river.PeriodicInterval(config.CounterPruneInterval),
+			func() (river.JobArgs, *river.InsertOpts) { return PruneCountersArgs{}, nil },
+			&river.PeriodicJobOpts{ID: PruneCountersArgs{}.Kind(), RunOnStart: true},
 		),
 	}
 	return riverConfig, nil

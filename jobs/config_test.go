@@ -74,10 +74,10 @@ func TestNewRiverConfig(t *testing.T) {
 
 		require.Equal(t, map[string]river.QueueConfig{
 			QueueEmail:       {MaxWorkers: 7},
-			QueueMaintenance: {MaxWorkers: 1},
+			QueueMaintenance: {MaxWorkers: 2},
 		}, riverConfig.Queues)
 		require.NotNil(t, riverConfig.Workers)
-		require.Len(t, riverConfig.PeriodicJobs, 1)
+		require.Len(t, riverConfig.PeriodicJobs, 2, "prune and prune_counters")
 		require.Equal(t, time.Duration(-1), riverConfig.CompletedJobRetentionPeriod)
 		require.Equal(t, time.Duration(-1), riverConfig.CancelledJobRetentionPeriod)
 		require.Equal(t, time.Duration(-1), riverConfig.DiscardedJobRetentionPeriod)
@@ -103,6 +103,7 @@ func TestNewRiverConfig(t *testing.T) {
 		require.Equal(t, DefaultJobTimeout, riverConfig.JobTimeout)
 		require.Equal(t, DefaultRescueAfter, riverConfig.RescueStuckJobsAfter)
 		require.Zero(t, riverConfig.FetchCooldown) // River's default
+		require.Equal(t, time.Minute, validConfig().withDefaults().CounterPruneInterval)
 	})
 
 	t.Run("NoSenderLeavesEmailQueued", func(t *testing.T) {
@@ -114,8 +115,8 @@ func TestNewRiverConfig(t *testing.T) {
 		riverConfig, err := NewRiverConfig(bundle.deps, validConfig())
 		require.NoError(t, err)
 
-		require.Equal(t, map[string]river.QueueConfig{QueueMaintenance: {MaxWorkers: 1}}, riverConfig.Queues)
-		require.Len(t, riverConfig.PeriodicJobs, 1)
+		require.Equal(t, map[string]river.QueueConfig{QueueMaintenance: {MaxWorkers: 2}}, riverConfig.Queues)
+		require.Len(t, riverConfig.PeriodicJobs, 2)
 		require.Contains(t, bundle.logs.String(), "level=WARN")
 		require.Contains(t, bundle.logs.String(), "email jobs stay queued")
 	})
@@ -260,6 +261,15 @@ func TestArgs_InsertOpts(t *testing.T) {
 		require.Equal(t, QueueMaintenance, PruneArgs{}.InsertOpts().Queue)
 	})
 
+	t.Run("PruneCounters", func(t *testing.T) {
+		t.Parallel()
+
+		opts := PruneCountersArgs{}.InsertOpts()
+		require.Equal(t, QueueMaintenance, opts.Queue)
+		require.True(t, opts.UniqueOpts.ByArgs)
+		require.ElementsMatch(t, []string{"available", "pending", "retryable", "running", "scheduled"}, statesToStrings(opts.UniqueOpts.ByState))
+	})
+
 	t.Run("Kinds", func(t *testing.T) {
 		t.Parallel()
 
@@ -267,6 +277,7 @@ func TestArgs_InsertOpts(t *testing.T) {
 		require.Equal(t, "verification_email", VerificationEmailArgs{}.Kind())
 		require.Equal(t, "password_reset_email", PasswordResetEmailArgs{}.Kind())
 		require.Equal(t, "prune", PruneArgs{}.Kind())
+		require.Equal(t, "prune_counters", PruneCountersArgs{}.Kind())
 	})
 }
 

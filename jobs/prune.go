@@ -66,12 +66,12 @@ func finishedStates() []rivertype.JobState {
 	}
 }
 
-// PruneWorker deletes, in bounded batches: rate-limit counters whose window ended more than
-// CounterRetention ago, revocations of trusted devices older than DeviceTokenTTL (and
-// DeviceRevocationMargin), email tokens that expired more than CounterRetention ago, the sealed
+// PruneWorker deletes, in bounded batches: revocations of trusted devices older than
+// DeviceTokenTTL (and DeviceRevocationMargin), email tokens that expired more than CounterRetention ago, the sealed
 // copies of tokens older than IdempotencyKeyLifetime, email message rows and, given Deps.Jobs,
 // finished jobs (completed, cancelled, discarded) older than JobRetention, and the ids of
-// webhook deliveries older than WebhookEventRetention. The suppression list is never pruned: an
+// webhook deliveries older than WebhookEventRetention. Rate-limit counters are
+// PruneCountersWorker's, every minute. The suppression list is never pruned: an
 // address leaves it only through the admin API. Jobs go through
 // River's public JobList and JobDeleteMany (no SQL on River's tables, whose times SQLite keeps as
 // text); without Deps.Jobs (a host app's River, whose own job cleaner keeps its retention) they
@@ -81,7 +81,7 @@ type PruneWorker struct {
 
 	batchPause       time.Duration
 	batchSize        int
-	counterRetention time.Duration
+	counterRetention time.Duration // of email tokens, past their expiry
 	deviceTokenTTL   time.Duration
 	jobRetention     time.Duration
 	jobs             RiverClient // nil: finished jobs are not this worker's to delete
@@ -102,11 +102,15 @@ func newPruneWorker(store db.Tables, jobs RiverClient, logger *slog.Logger, conf
 		logger:           logger,
 		nowFunc:          config.NowFunc,
 		store:            store,
-		// Longer than an email's attempt, still well under RescueAfter (which exceeds
-		// JobTimeout), so a long prune is never rescued while it runs. Cut short, the next run
-		// carries on where it stopped.
-		timeout: max(config.JobTimeout, config.RescueAfter/2),
+		timeout:          pruneTimeout(config),
 	}
+}
+
+// pruneTimeout is the timeout of both prunes: longer than an email's attempt, still well under
+// RescueAfter (which exceeds JobTimeout), so a long prune is never rescued while it runs. Cut
+// short, the next run carries on where it stopped.
+func pruneTimeout(config *Config) time.Duration {
+	return max(config.JobTimeout, config.RescueAfter/2)
 }
 
 // Timeout implements river.Worker.
@@ -121,13 +125,6 @@ func (w *PruneWorker) Work(ctx context.Context, job *river.Job[PruneArgs]) error
 	logger := slog.New(handler).With(slog.Int64("job_id", job.ID), slog.String("kind", job.Kind))
 
 	now := w.nowFunc()
-
-	counters, err := w.deleteLoop(ctx, func(ctx context.Context) (int64, error) {
-		return w.store.RateLimitCounterDeleteExpired(ctx, now.Add(-w.counterRetention), w.batchSize)
-	})
-	if err != nil {
-		return fmt.Errorf("error pruning rate limit counters: %w", err)
-	}
 
 	// A revocation of an account's devices revokes tokens issued before it; once every one of
 	// them has expired, it revokes nothing and goes (a token issued after it carries its time,
@@ -175,7 +172,6 @@ func (w *PruneWorker) Work(ctx context.Context, job *river.Job[PruneArgs]) error
 	}
 
 	logger.InfoContext(ctx, "prune done",
-		slog.Int64("counters_deleted", counters),
 		slog.Int64("device_revocations_deleted", revocations),
 		slog.Int64("tokens_deleted", tokens),
 		slog.Int64("sealed_tokens_erased", sealed),

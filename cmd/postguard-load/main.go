@@ -57,11 +57,12 @@ const (
 	scenarioRegister    = "register"
 	scenarioEmailDrain  = "email-drain"
 	scenarioSQLite      = "sqlite"
+	scenarioFlood       = "flood"
 	databaseURLFallback = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
 )
 
 var allScenarios = []string{
-	scenarioCeiling, scenarioManyIPs, scenarioRedis, scenarioHotIP, scenarioRegister, scenarioEmailDrain, scenarioSQLite,
+	scenarioCeiling, scenarioManyIPs, scenarioRedis, scenarioHotIP, scenarioRegister, scenarioEmailDrain, scenarioSQLite, scenarioFlood,
 }
 
 // Bounds of the flags, so that every loop stops by itself.
@@ -79,6 +80,7 @@ type options struct {
 	DatabaseURL       string
 	Concurrency       int
 	Duration          time.Duration
+	FloodDuration     time.Duration
 	Scenarios         []string
 	JSON              bool
 	Registrations     int
@@ -107,6 +109,8 @@ func (o *options) Validate() error {
 		return fmt.Errorf("-registrations must be between 1 and %d", maxConcurrency)
 	case o.Duration <= 0 || o.Duration > maxDuration:
 		return fmt.Errorf("-duration must be positive and at most %s", maxDuration)
+	case o.FloodDuration <= 0 || o.FloodDuration > maxDuration:
+		return fmt.Errorf("-flood-duration must be positive and at most %s", maxDuration)
 	case o.Mails < 1 || o.Mails > maxMails:
 		return fmt.Errorf("-mails must be between 1 and %d", maxMails)
 	case o.ExistingKeys < 1 || o.ExistingKeys > maxRequestsPerScenario:
@@ -160,6 +164,9 @@ Flags:
 			"database is created in PATH's directory; PATH itself is never opened); TEST_DATABASE_URL when set")
 	fs.IntVar(&opts.Concurrency, "concurrency", 16, "concurrent clients of the ceiling and http-hot-ip scenarios")
 	fs.DurationVar(&opts.Duration, "duration", 5*time.Second, "duration of each measurement")
+	fs.DurationVar(&opts.FloodDuration, "flood-duration", time.Minute,
+		"duration of the flood scenario's fresh-key flood, before its counters table is read and pruned (the prune's\n"+
+			"measurement then lasts as long as the prune)")
 	fs.StringVar(&scenarios, "scenarios", strings.Join(allScenarios, ","), "comma-separated scenarios to run")
 	fs.BoolVar(&opts.JSON, "json", false, "print the report as JSON instead of a table")
 	fs.IntVar(&opts.Registrations, "registrations", 200, "concurrent clients of the register scenario (its peak RSS is checked)")

@@ -72,6 +72,7 @@ func runTool(t *testing.T, databaseURL string) *Report {
 	err := run(t.Context(), []string{
 		"-database-url", databaseURL,
 		"-duration", "300ms",
+		"-flood-duration", "300ms",
 		"-concurrency", "4",
 		"-hold-concurrency", "16",
 		"-registrations", "4",
@@ -103,6 +104,13 @@ func requireRows(t *testing.T, report *Report, withSQLite, withRedis bool) {
 	if withSQLite {
 		want = append(want, rowSQLite)
 	}
+	floods := []string{scenarioFlood}
+	if withSQLite {
+		floods = append(floods, engineSQLite+"/"+scenarioFlood)
+	}
+	for _, flood := range floods {
+		want = append(want, flood, flood+floodCounters, flood+floodPrune, flood+floodDuringPrune)
+	}
 	var got []string
 	for _, row := range report.Rows {
 		got = append(got, row.Scenario)
@@ -111,6 +119,9 @@ func requireRows(t *testing.T, report *Report, withSQLite, withRedis bool) {
 
 	targeted := []string{scenarioManyIPs, rowManyIPsRedis, scenarioHotIP, scenarioRegister, rowDrainResend, rowDrainSMTP, rowDrainBudget, rowSQLite}
 	held := []string{scenarioManyIPs, rowRedis, rowSQLite}
+	for _, flood := range floods {
+		held = append(held, flood, flood+floodDuringPrune)
+	}
 	for _, row := range report.Rows {
 		require.Positive(t, row.Requests, row.Scenario)
 		require.Positive(t, row.Rate, row.Scenario)
@@ -136,11 +147,14 @@ func requireRows(t *testing.T, report *Report, withSQLite, withRedis bool) {
 	}
 	require.Contains(t, strings.Join(report.Notes, "\n"), "clients 16 (-hold-concurrency); the hold caps each of them at 16/0.1 s = 160 req/s")
 	require.Contains(t, report.row(scenarioRegister).Note, "ms of CPU per registration")
-	require.Len(t, report.Checks, 3)
+	require.Len(t, report.Checks, 3+2*len(floods))
 	require.Contains(t, report.Checks[0].Name, "peak RSS")
 	require.Contains(t, report.Checks[1].Name, "no 429")
 	require.Contains(t, report.Checks[2].Name, "loses no mail")
 	require.True(t, report.Checks[2].Pass, report.Checks[2].Value)
+	for i, flood := range floods {
+		requireFlood(t, report, flood, report.Checks[3+2*i:5+2*i])
+	}
 
 	// Every miss is spelled out.
 	misses := 0
@@ -155,6 +169,45 @@ func requireRows(t *testing.T, report *Report, withSQLite, withRedis bool) {
 		}
 	}
 	require.Len(t, report.Misses, misses)
+}
+
+// requireFlood checks the flood's rows: its counters table holds a counter per rule per admitted
+// request (within the flood no window ends), measured in bytes; the prune deleted at least all
+// of them, in bounded batches; the flood during the prune is compared with the flood before it.
+func requireFlood(t *testing.T, report *Report, flood string, checks []Check) {
+	t.Helper()
+
+	counters := report.row(flood + floodCounters)
+	figures := counters.Counters
+	require.NotNil(t, figures, flood)
+	require.Equal(t, 2, figures.RulesPerRequest, "forgot-password: an IP counter and an email counter")
+	require.Positive(t, figures.Admitted)
+	require.Equal(t, 2*figures.Admitted, figures.PredictedMin)
+	require.Equal(t, 2*figures.Sent, figures.PredictedMax)
+	require.GreaterOrEqual(t, figures.Rows, figures.PredictedMin, "every admitted request left its two counters")
+	require.LessOrEqual(t, figures.Rows, figures.PredictedMax, "no request left more than two")
+	require.Equal(t, figures.Rows, counters.Requests)
+	require.Positive(t, figures.Bytes)
+	require.Positive(t, figures.IndexBytes)
+	require.Less(t, figures.IndexBytes, figures.Bytes)
+	require.InDelta(t, float64(figures.Bytes)/float64(figures.Rows), figures.BytesPerRow, 0.1)
+	require.Positive(t, figures.SteadyRows)
+	require.Contains(t, counters.Note, "SELECT count(*) FROM rate_limit_counters")
+
+	prune := report.row(flood + floodPrune)
+	require.GreaterOrEqual(t, prune.Requests, figures.Rows, "the prune deleted every counter of the flood (and the flood's new ones)")
+	require.Positive(t, prune.Seconds)
+	require.Positive(t, prune.P99MS)
+	require.Contains(t, prune.Note, "batches of up to 10000 rows")
+	require.NotContains(t, prune.Note, "STOPPED")
+
+	during := report.row(flood + floodDuringPrune)
+	require.Equal(t, flood, during.Baseline)
+	require.NotNil(t, during.Ratio)
+
+	require.Contains(t, checks[0].Name, flood+": counters rows against the formula")
+	require.True(t, checks[0].Pass, checks[0].Value)
+	require.Contains(t, checks[1].Name, flood+": the counters' prune outpaces the flood")
 }
 
 func TestReport_WriteTable(t *testing.T) {
@@ -274,6 +327,7 @@ func TestParseOptions(t *testing.T) {
 	require.Equal(t, databaseURLFallback, opts.DatabaseURL)
 	require.Equal(t, 16, opts.Concurrency)
 	require.Equal(t, 5*time.Second, opts.Duration)
+	require.Equal(t, time.Minute, opts.FloodDuration)
 	require.Equal(t, allScenarios, opts.Scenarios)
 	require.Equal(t, 200, opts.Registrations)
 	require.Equal(t, 500, opts.Mails)
@@ -294,6 +348,8 @@ func TestParseOptions(t *testing.T) {
 		{"-scenarios", "nope"},
 		{"-concurrency", "0"},
 		{"-duration", "1h"},
+		{"-flood-duration", "0s"},
+		{"-flood-duration", "11m"},
 		{"-database-url", "mysql://x"},
 		{"-fetch-cooldown", "0s"},
 		{"-hold-concurrency", "-1"},

@@ -126,15 +126,24 @@ type loadFunc func(ctx context.Context, seq uint64) error
 // rate is the requests completed within the window over the window. At most
 // maxRequestsPerScenario requests are made.
 func (r *runner) measure(ctx context.Context, name, unit string, clients int, duration time.Duration, fn loadFunc) *sample {
+	return r.measureFrom(ctx, name, unit, clients, duration, fn, nil)
+}
+
+// measureFrom is measure, closing counting (when not nil) as the warm-up ends and the counted
+// window starts: a caller that runs something beside the load (the counters' prune of the flood)
+// starts it there, and ends the window early by cancelling ctx. With counting, the service's
+// warnings stay muted through the warm-up: it follows another measurement on the same service,
+// whose requests cut short may still be unwinding.
+func (r *runner) measureFrom(ctx context.Context, name, unit string, clients int, duration time.Duration, fn loadFunc, counting chan<- struct{}) *sample {
 	// Warnings count from here until the end; requests cut short at the end may unwind in the
 	// service until it is closed, so they stay muted until the next measurement.
-	r.warnings.mute(false)
+	r.warnings.mute(counting != nil)
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
 	var (
 		seq, done, failed atomic.Int64
-		counting          atomic.Bool
+		isCounting        atomic.Bool
 		errOnce           sync.Once
 		firstErr          error
 		wg                sync.WaitGroup
@@ -160,7 +169,7 @@ func (r *runner) measure(ctx context.Context, name, unit string, clients int, du
 					case err != nil:
 						failed.Add(1)
 						errOnce.Do(func() { firstErr = err })
-					case counting.Load():
+					case isCounting.Load():
 						hist.record(d)
 						done.Add(1)
 					}
@@ -171,7 +180,7 @@ func (r *runner) measure(ctx context.Context, name, unit string, clients int, du
 
 	warmup := min(duration/10, 500*time.Millisecond)
 	stopProgress := r.progress(name, func(elapsed time.Duration) string {
-		if !counting.Load() {
+		if !isCounting.Load() {
 			return "warming up"
 		}
 		return fmt.Sprintf("%8.0f %s/s", float64(done.Load())/max(elapsed-warmup, time.Millisecond).Seconds(), unit)
@@ -179,7 +188,11 @@ func (r *runner) measure(ctx context.Context, name, unit string, clients int, du
 	sleepContext(ctx, warmup)
 	cpuStart := takeCPU()
 	start := time.Now()
-	counting.Store(true)
+	isCounting.Store(true)
+	if counting != nil {
+		r.warnings.mute(false)
+		close(counting)
+	}
 	sleepContext(ctx, duration)
 	// A window shorter than one request (tiny durations, slow requests such as a registration on
 	// a busy machine) is extended until one completes or fails, within a bound, so that no figure

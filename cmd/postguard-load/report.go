@@ -85,6 +85,8 @@ type Row struct {
 	// comparison with it passes.
 	ClientCap       *float64 `json:"client_cap_per_second,omitempty"`
 	CappedByClients bool     `json:"capped_by_clients,omitempty"`
+	// Counters is, on a flood's counters row, the counters table against its sizing.
+	Counters *counterFigures `json:"counters,omitempty"`
 	// Derived rows are computed from others (no requests of their own, no latency).
 	Derived  bool   `json:"derived,omitempty"`
 	Note     string `json:"note,omitempty"`

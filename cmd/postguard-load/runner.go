@@ -198,6 +198,7 @@ func (r *runner) run(ctx context.Context) (*Report, error) {
 		{scenarioRegister, func(ctx context.Context) error { return r.register(ctx, mainDB) }},
 		{scenarioEmailDrain, r.emailDrain},
 		{scenarioSQLite, r.sqliteManyIPs},
+		{scenarioFlood, r.flood},
 	}
 	for _, step := range steps {
 		if !r.opts.selected(step.scenario) {

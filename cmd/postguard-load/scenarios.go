@@ -35,16 +35,18 @@ const (
 	loadPassword = "load-test-password-0123456789"
 
 	// Targets of issue 16 ("One round trip per rate-limited request, and performance evidence on
-	// any machine"): each a least ratio of a row's rate to its baseline's, measured in the same
-	// run.
+	// any machine"), raised by issue 26 (checks that share round trips: ahead of Redis, SQLite
+	// ahead of PostgreSQL): each a least ratio of a row's rate to its baseline's, measured in the
+	// same run. http-hot-ip's target is issue 16's, set when an admitted request cost a statement
+	// of its own; batching made http-many-ips, its baseline, cheaper, not the flood dearer.
 	targetManyIPs      = 0.50 // http-many-ips over ceiling/pair (the two-check ceiling)
-	targetManyIPsRedis = 0.60 // http-many-ips over redis/http-many-ips (the same requests, limited by redis_rate)
+	targetManyIPsRedis = 1.0  // http-many-ips over redis/http-many-ips (the same requests, limited by redis_rate)
 	targetHotIP        = 3    // http-hot-ip over http-many-ips
 	targetRegister     = 0.80 // register over argon2id-hash, with a peak RSS of at most maxPeakRSS
 	targetDrainResend  = 0.60 // email-drain/resend over email-drain/noop
 	targetDrainSMTP    = 0.30 // email-drain/smtp over email-drain/noop (issue 24: a TLS session per mail)
 	targetDrainBudget  = 0.95 // email-drain/budget's delivered/s over the budget, with no 429
-	targetSQLite       = 0.50 // sqlite/http-many-ips over http-many-ips
+	targetSQLite       = 1.0  // sqlite/http-many-ips over http-many-ips
 	maxPeakRSS         = 256 << 20
 )
 

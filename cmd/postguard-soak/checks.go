@@ -94,7 +94,7 @@ func (s *soak) collect(ctx context.Context) (*soakData, error) {
 			coalesce(cardinality(errors), 0),
 			EXISTS (SELECT 1 FROM unnest(errors) e WHERE e->>'error' LIKE 'Stuck job rescued%')
 		FROM river_job
-		WHERE kind <> 'prune'`)
+		WHERE kind NOT IN ('prune', 'prune_counters')`)
 	if err != nil {
 		return nil, fmt.Errorf("error reading jobs: %w", err)
 	}

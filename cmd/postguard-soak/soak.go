@@ -371,7 +371,7 @@ func (s *soak) drain(ctx context.Context) error {
 		if err := conn.QueryRow(ctx, `
 			SELECT count(*)
 			FROM river_job
-			WHERE kind <> 'prune'
+			WHERE kind NOT IN ('prune', 'prune_counters')
 				AND state NOT IN ('completed', 'cancelled', 'discarded')`).Scan(&left); err != nil {
 			return fmt.Errorf("error counting unfinished jobs: %w", err)
 		}

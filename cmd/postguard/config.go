@@ -39,6 +39,18 @@ const minAdminTokenLen = 32
 // cookie, so that a typo (a unit forgotten, 1e9h) is refused at start.
 const maxDeviceTokenTTL = 10 * 365 * 24 * time.Hour
 
+// minCounterRetention is the shortest COUNTER_RETENTION accepted. A counter is of no use once its
+// window has ended, but the prune that deletes it reads one process's clock and the checks
+// that still spend it another's: a minute covers any skew between them, so that no counter of a
+// window still open somewhere is deleted (and started afresh, past its limit). Zero would also
+// have meant the default (24h) to jobs.Config, silently.
+const minCounterRetention = time.Minute
+
+// maxCounterPruneInterval bounds COUNTER_PRUNE_INTERVAL: the counters table holds an interval's
+// fresh keys more than its sizing (docs/operations.md), so an hour, past which a typo (a unit
+// forgotten) is refused at start.
+const maxCounterPruneInterval = time.Hour
+
 // maxResendMaxRPS bounds RESEND_MAX_RPS and SMTP_MAX_RPS: far above any provider's rate, so that a
 // typo (1e9) or +Inf is refused at start rather than taken as no pace at all.
 const maxResendMaxRPS = 10_000
@@ -52,25 +64,26 @@ func loadConfig(environ []string) (*config, error) {
 	p := newEnvParser(environ)
 	getenv := p.getenv
 	cfg := &config{
-		DatabaseURL:       cmp.Or(getenv("DATABASE_URL"), "sqlite://postguard.db"),
-		HTTPAddr:          cmp.Or(getenv("HTTP_ADDR"), ":8080"),
-		ResendAPIKey:      getenv("RESEND_API_KEY"),
-		ResendBaseURL:     cmp.Or(getenv("RESEND_BASE_URL"), "https://api.resend.com/"),
-		MailFrom:          cmp.Or(getenv("MAIL_FROM"), getenv("RESEND_FROM_EMAIL")),
-		RiverUIUsername:   getenv("RIVERUI_USERNAME"),
-		RiverUIPassword:   getenv("RIVERUI_PASSWORD"),
-		JobRetention:      p.duration("JOB_RETENTION", jobs.DefaultJobRetention, time.Minute),
-		CounterRetention:  p.duration("COUNTER_RETENTION", jobs.DefaultCounterRetention, 0),
-		PruneInterval:     p.duration("PRUNE_INTERVAL", jobs.DefaultPruneInterval, time.Second),
-		ShutdownTimeout:   p.duration("SHUTDOWN_TIMEOUT", 10*time.Second, 0),
-		ResendMaxRPS:      p.float("RESEND_MAX_RPS", 2),
-		SMTPMaxRPS:        p.float("SMTP_MAX_RPS", 2),
-		EmailWorkers:      p.int("EMAIL_WORKERS", jobs.DefaultEmailWorkers, 1, river.QueueNumWorkersMax),
-		JobTimeout:        p.duration("JOB_TIMEOUT", jobs.DefaultJobTimeout, time.Second),
-		JobRescueAfter:    p.duration("JOB_RESCUE_AFTER", jobs.DefaultRescueAfter, time.Second),
-		FetchCooldown:     p.duration("JOB_FETCH_COOLDOWN", 100*time.Millisecond, time.Millisecond),
-		FetchPollInterval: p.duration("JOB_FETCH_POLL_INTERVAL", time.Second, time.Millisecond),
-		DeviceTokenTTL:    p.duration("DEVICE_TOKEN_TTL", abuse.DefaultDeviceTokenTTL, time.Minute),
+		DatabaseURL:          cmp.Or(getenv("DATABASE_URL"), "sqlite://postguard.db"),
+		HTTPAddr:             cmp.Or(getenv("HTTP_ADDR"), ":8080"),
+		ResendAPIKey:         getenv("RESEND_API_KEY"),
+		ResendBaseURL:        cmp.Or(getenv("RESEND_BASE_URL"), "https://api.resend.com/"),
+		MailFrom:             cmp.Or(getenv("MAIL_FROM"), getenv("RESEND_FROM_EMAIL")),
+		RiverUIUsername:      getenv("RIVERUI_USERNAME"),
+		RiverUIPassword:      getenv("RIVERUI_PASSWORD"),
+		JobRetention:         p.duration("JOB_RETENTION", jobs.DefaultJobRetention, time.Minute),
+		CounterRetention:     p.duration("COUNTER_RETENTION", jobs.DefaultCounterRetention, minCounterRetention),
+		PruneInterval:        p.duration("PRUNE_INTERVAL", jobs.DefaultPruneInterval, time.Second),
+		CounterPruneInterval: p.duration("COUNTER_PRUNE_INTERVAL", jobs.DefaultCounterPruneInterval, time.Second),
+		ShutdownTimeout:      p.duration("SHUTDOWN_TIMEOUT", 10*time.Second, 0),
+		ResendMaxRPS:         p.float("RESEND_MAX_RPS", 2),
+		SMTPMaxRPS:           p.float("SMTP_MAX_RPS", 2),
+		EmailWorkers:         p.int("EMAIL_WORKERS", jobs.DefaultEmailWorkers, 1, river.QueueNumWorkersMax),
+		JobTimeout:           p.duration("JOB_TIMEOUT", jobs.DefaultJobTimeout, time.Second),
+		JobRescueAfter:       p.duration("JOB_RESCUE_AFTER", jobs.DefaultRescueAfter, time.Second),
+		FetchCooldown:        p.duration("JOB_FETCH_COOLDOWN", 100*time.Millisecond, time.Millisecond),
+		FetchPollInterval:    p.duration("JOB_FETCH_POLL_INTERVAL", time.Second, time.Millisecond),
+		DeviceTokenTTL:       p.duration("DEVICE_TOKEN_TTL", abuse.DefaultDeviceTokenTTL, time.Minute),
 	}
 
 	p.databaseURL(cfg)
@@ -90,6 +103,10 @@ func loadConfig(environ []string) (*config, error) {
 
 	if cfg.JobRescueAfter <= cfg.JobTimeout {
 		p.fail("JOB_RESCUE_AFTER", "must exceed JOB_TIMEOUT (%s), or a job still running would be rescued and worked twice", cfg.JobTimeout)
+	}
+	if cfg.CounterPruneInterval > maxCounterPruneInterval {
+		p.fail("COUNTER_PRUNE_INTERVAL", "%q is longer than %s: between two runs the counters table grows by an interval's fresh keys (docs/operations.md, Sizing the counters table)",
+			p.getenv("COUNTER_PRUNE_INTERVAL"), maxCounterPruneInterval)
 	}
 	if cfg.FetchPollInterval < cfg.FetchCooldown {
 		p.fail("JOB_FETCH_POLL_INTERVAL", "must be at least JOB_FETCH_COOLDOWN (%s)", cfg.FetchCooldown)

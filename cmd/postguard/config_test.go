@@ -43,6 +43,7 @@ func TestLoadConfig(t *testing.T) {
 		require.Equal(t, 24*time.Hour, cfg.CounterRetention)
 		require.Equal(t, 2160*time.Hour, cfg.DeviceTokenTTL)
 		require.Equal(t, time.Hour, cfg.PruneInterval)
+		require.Equal(t, time.Minute, cfg.CounterPruneInterval)
 		require.Equal(t, 10*time.Second, cfg.ShutdownTimeout)
 		require.InDelta(t, 2.0, cfg.ResendMaxRPS, 0)
 		require.Equal(t, 10, cfg.EmailWorkers)
@@ -250,6 +251,18 @@ func TestLoadConfig(t *testing.T) {
 		require.Equal(t, 30*24*time.Hour, cfg.DeviceTokenTTL)
 	})
 
+	t.Run("Counters", func(t *testing.T) {
+		t.Parallel()
+
+		cfg, err := loadConfig(envFunc(map[string]string{"COUNTER_RETENTION": "1m", "COUNTER_PRUNE_INTERVAL": "15s"}))
+		require.NoError(t, err)
+		require.Equal(t, time.Minute, cfg.CounterRetention)
+		require.Equal(t, 15*time.Second, cfg.CounterPruneInterval)
+		cfg, err = loadConfig(envFunc(map[string]string{"COUNTER_PRUNE_INTERVAL": "1h"}))
+		require.NoError(t, err)
+		require.Equal(t, time.Hour, cfg.CounterPruneInterval)
+	})
+
 	t.Run("LimitsToken", func(t *testing.T) {
 		t.Parallel()
 
@@ -287,6 +300,11 @@ func TestLoadConfig(t *testing.T) {
 		{"DeviceTokenTTLShort", map[string]string{"DEVICE_TOKEN_TTL": "30s"}, "invalid DEVICE_TOKEN_TTL"},
 		{"DeviceTokenTTLLong", map[string]string{"DEVICE_TOKEN_TTL": "1000000h"}, `invalid DEVICE_TOKEN_TTL: "1000000h" is not a whole number of seconds up to 87600h0m0s`},
 		{"DeviceTokenTTLFraction", map[string]string{"DEVICE_TOKEN_TTL": "90m0.5s"}, "invalid DEVICE_TOKEN_TTL"},
+		{"CounterRetentionZero", map[string]string{"COUNTER_RETENTION": "0s"}, `invalid COUNTER_RETENTION: "0s" is not a duration of at least 1m0s`},
+		{"CounterRetentionShort", map[string]string{"COUNTER_RETENTION": "30s"}, "invalid COUNTER_RETENTION"},
+		{"CounterPruneIntervalGarbage", map[string]string{"COUNTER_PRUNE_INTERVAL": "often"}, `invalid COUNTER_PRUNE_INTERVAL: "often" is not a duration of at least 1s`},
+		{"CounterPruneIntervalShort", map[string]string{"COUNTER_PRUNE_INTERVAL": "500ms"}, "invalid COUNTER_PRUNE_INTERVAL"},
+		{"CounterPruneIntervalLong", map[string]string{"COUNTER_PRUNE_INTERVAL": "61m"}, `invalid COUNTER_PRUNE_INTERVAL: "61m" is longer than 1h0m0s`},
 		{"RescueNotAfterTimeout", map[string]string{"JOB_TIMEOUT": "5m", "JOB_RESCUE_AFTER": "1m"}, "JOB_RESCUE_AFTER"},
 		{"FetchPollBelowCooldown", map[string]string{"JOB_FETCH_POLL_INTERVAL": "10ms"}, "JOB_FETCH_POLL_INTERVAL"},
 		{"Workers", map[string]string{"EMAIL_WORKERS": "0"}, "EMAIL_WORKERS"},

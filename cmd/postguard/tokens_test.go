@@ -113,7 +113,8 @@ func startTokenServer(t *testing.T, engine *tokenEngine, fake *resendfake.Server
 }
 
 // waitForPrune waits until the prune job that every start runs has run, so that it has taken its
-// job id before the test inserts any: the ids of the jobs that follow are the same on every run.
+// job id before the test inserts any (prune_counters, inserted with it, has taken its own): the
+// ids of the jobs that follow are the same on every run.
 func (s *tokenServer) waitForPrune(t *testing.T) {
 	t.Helper()
 	require.Eventually(t, func() bool { return strings.Contains(s.Logs.String(), "prune done") },
@@ -238,6 +239,9 @@ func TestServe_RecreatedDatabaseIssuesNewLinks(t *testing.T) {
 		if engine.name == "sqlite" {
 			engine.env["APP_SECRET"] = faultSecret // the same secret across the recreation
 		}
+		// The jobs of a start (prune and prune_counters, inserted at once) take their ids before
+		// the test's; no later prune_counters may take one in between.
+		engine.env["COUNTER_PRUNE_INTERVAL"] = "1h"
 		fake := resendfake.New(t, nil) // one Resend, before and after: it remembers keys
 
 		server := startTokenServer(t, engine, fake)

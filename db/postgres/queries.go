@@ -479,6 +479,96 @@ func (c *counters) RateLimitCounterConsumeChain(ctx context.Context, params *db.
 	return result, nil
 }
 
+// RateLimitCounterConsumeBatch implements db.Counters in one statement, and so one round trip, on
+// the rate-limit pool, the users read in it when a chain asks for one. Like a chain, it runs
+// again after a lost session: a statement is atomic, so the first run spent all or nothing.
+func (c *counters) RateLimitCounterConsumeBatch(ctx context.Context, chains []*db.RateLimitCounterChainParams) ([]*db.RateLimitCounterChainResult, error) {
+	arg, lookup := batchArgs(chains)
+	results, err := retryOnce(ctx, true, func(ctx context.Context) ([]*db.RateLimitCounterChainResult, error) {
+		results := make([]*db.RateLimitCounterChainResult, len(chains))
+		if !lookup {
+			rows, err := sqlc.RateLimitCounterConsumeBatch(ctx, c.pool, arg.RateLimitCounterConsumeBatchParams)
+			if err != nil {
+				return nil, err
+			}
+			for _, row := range rows {
+				i := row.Ord - 1
+				results[i] = chainResult(chains[i], row.DeviceTrusted, nil, row.Count1, row.Count2, row.Count3)
+			}
+			return results, nil
+		}
+		rows, err := sqlc.RateLimitCounterConsumeBatchUser(ctx, c.pool, dbsqlc.RateLimitCounterConsumeBatchUserParams{
+			UserEmails: arg.userEmails,
+			KeyHashes1: arg.KeyHashes1, WindowStarts1: arg.WindowStarts1, WindowEnds1: arg.WindowEnds1, LimitCounts1: arg.LimitCounts1,
+			KeyHashes2: arg.KeyHashes2, WindowStarts2: arg.WindowStarts2, WindowEnds2: arg.WindowEnds2, LimitCounts2: arg.LimitCounts2,
+			KeyHashes3: arg.KeyHashes3, WindowStarts3: arg.WindowStarts3, WindowEnds3: arg.WindowEnds3, LimitCounts3: arg.LimitCounts3,
+			DeviceKeyHashes: arg.DeviceKeyHashes, DeviceRevocationHashes: arg.DeviceRevocationHashes, DeviceSinces: arg.DeviceSinces, DeviceWindows: arg.DeviceWindows,
+		})
+		if err != nil {
+			return nil, err
+		}
+		for _, row := range rows {
+			var user *db.User
+			if row.UserID != nil {
+				user = &db.User{
+					ID:              *row.UserID,
+					Email:           *row.UserEmail,
+					Name:            *row.UserName,
+					PasswordHash:    *row.UserPasswordHash,
+					EmailVerifiedAt: row.UserEmailVerifiedAt,
+					UnsubscribedAt:  row.UserUnsubscribedAt,
+					CreatedAt:       *row.UserCreatedAt,
+					UpdatedAt:       *row.UserUpdatedAt,
+					Locale:          *row.UserLocale,
+				}
+			}
+			i := row.Ord - 1
+			results[i] = chainResult(chains[i], row.DeviceTrusted, user, row.Count1, row.Count2, row.Count3)
+		}
+		return results, nil
+	})
+	if err != nil {
+		return nil, wrap("consuming rate limit counters of a batch", err)
+	}
+	return results, nil
+}
+
+// batchParams are the batch statement's arguments, and the users' emails of its variant that
+// reads them.
+type batchParams struct {
+	dbsqlc.RateLimitCounterConsumeBatchParams
+	userEmails []string
+}
+
+// batchArgs are the batch statement's arguments for chains (each checked by db's Tables): the
+// i-th element of each array is chain i's, a window past a chain's last one a NULL key (and a
+// zero time and limit, never read), no device a NULL bucket. lookup says a chain reads a user.
+func batchArgs(chains []*db.RateLimitCounterChainParams) (arg batchParams, lookup bool) {
+	n := len(chains)
+	a := &arg.RateLimitCounterConsumeBatchParams
+	keys := [db.RateLimitChainMax]*[][]byte{&a.KeyHashes1, &a.KeyHashes2, &a.KeyHashes3}
+	starts := [db.RateLimitChainMax]*[]time.Time{&a.WindowStarts1, &a.WindowStarts2, &a.WindowStarts3}
+	ends := [db.RateLimitChainMax]*[]time.Time{&a.WindowEnds1, &a.WindowEnds2, &a.WindowEnds3}
+	limits := [db.RateLimitChainMax]*[]int64{&a.LimitCounts1, &a.LimitCounts2, &a.LimitCounts3}
+	for w := range db.RateLimitChainMax {
+		*keys[w], *starts[w], *ends[w], *limits[w] = make([][]byte, n), make([]time.Time, n), make([]time.Time, n), make([]int64, n)
+	}
+	a.DeviceKeyHashes, a.DeviceRevocationHashes = make([][]byte, n), make([][]byte, n)
+	a.DeviceSinces, a.DeviceWindows = make([]time.Time, n), make([]int32, n)
+	arg.userEmails = make([]string, n)
+	for i, chain := range chains {
+		for w, window := range chain.Windows {
+			(*keys[w])[i], (*starts[w])[i], (*ends[w])[i], (*limits[w])[i] = window.KeyHash, window.WindowStart, window.WindowEnd, window.LimitCount
+		}
+		device := deviceArgsOf(chain.Device)
+		a.DeviceKeyHashes[i], a.DeviceRevocationHashes[i], a.DeviceSinces[i] = device.keyHash, device.revocationHash, device.since
+		a.DeviceWindows[i] = int32(device.window) //nolint:gosec // 0 to db.RateLimitChainMax
+		arg.userEmails[i] = chain.UserEmail
+		lookup = lookup || chain.UserEmail != ""
+	}
+	return arg, lookup
+}
+
 // chainResult is the result of a chain of params whose statement returned counts (0 for a window
 // that refused or was not spent), whether the device was trusted, and user.
 func chainResult(params *db.RateLimitCounterChainParams, deviceTrusted bool, user *db.User, counts ...int64) *db.RateLimitCounterChainResult {
@@ -640,3 +730,7 @@ func updated(doing string, n int64, err error) error {
 	}
 	return wrap(doing, err)
 }
+
+// RateLimitCounterConns is how many statements of checks may run at once: the rate-limit pool's
+// connections (db's Tables batch the checks that arrive while all of them are taken).
+func (c *counters) RateLimitCounterConns() int { return int(c.pool.Config().MaxConns) }

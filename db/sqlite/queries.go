@@ -19,6 +19,8 @@ var sqlc = dbsqlc.New() //nolint:gochecknoglobals // stateless
 // as numbers, with no text format to agree on): us and at convert them.
 type queries struct {
 	dbtx dbsqlc.DBTX
+	// upserts are the batch of checks' prepared statements: the engine's counters' only.
+	upserts *upserts
 }
 
 // Users.
@@ -448,6 +450,10 @@ func (q *queries) RateLimitCounterConsumeChain(ctx context.Context, params *db.R
 	}
 	return result, nil
 }
+
+// RateLimitCounterConns is how many statements of checks may run at once: 1, SQLite's one
+// writer (db's Tables batch the checks that arrive while it runs).
+func (q *queries) RateLimitCounterConns() int { return 1 }
 
 // RateLimitCounterGet implements db.Counters: no row is a count of 0.
 func (q *queries) RateLimitCounterGet(ctx context.Context, params *db.RateLimitCounterGetParams) (int64, error) {

@@ -2,9 +2,11 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -144,7 +146,11 @@ func TestMigrate(t *testing.T) {
 
 			// The app's goose history is its own: version 0 and its one migration.
 			require.Equal(t, []string{"0", "1"}, b.strings(t, "SELECT version_id FROM goose_db_version ORDER BY id"))
-			require.Equal(t, []string{"0", "1", "2"}, b.strings(t, "SELECT version_id FROM postguard_limiter_db_version ORDER BY id"))
+			limiterVersions := []string{"0", "1", "2"}
+			if b.tables.Engine() == "sqlite" { // 3: the counters as a rowid table
+				limiterVersions = append(limiterVersions, "3")
+			}
+			require.Equal(t, limiterVersions, b.strings(t, "SELECT version_id FROM postguard_limiter_db_version ORDER BY id"))
 
 			// Both migrate again as nothing: the app's and postguard's.
 			ctx := t.Context()
@@ -243,8 +249,104 @@ func TestApp_Login(t *testing.T) {
 	})
 }
 
+// TestPruneCounters: the app prunes its limiter's expired counters itself (nothing else would),
+// in batches, keeping those whose window ended within counterRetention.
+func TestPruneCounters(t *testing.T) {
+	t.Parallel()
+
+	engines(t, func(t *testing.T, setup func(t *testing.T) *testBundle) {
+		t.Run("ExpiredOnly", func(t *testing.T) {
+			t.Parallel()
+
+			b := setup(t)
+			// The limiter's clock is 10:05, in the window 10:00–10:15: two counters (IP, account).
+			b.post(t, "/login", "198.51.100.7", "ada@example.com", "wrong guess")
+			windowEnd := time.Date(2026, 3, 1, 10, 15, 0, 0, time.UTC)
+			var logs bytes.Buffer
+			p := &pruner{tables: b.tables, logger: slog.New(slog.NewTextHandler(&logs, nil))}
+
+			p.now = func() time.Time { return windowEnd.Add(counterRetention) }
+			p.once(t.Context())
+			require.Equal(t, 2, b.counters(t), "kept while their window ended within counterRetention")
+
+			p.now = func() time.Time { return windowEnd.Add(counterRetention + time.Microsecond) }
+			p.once(t.Context())
+			require.Zero(t, b.counters(t), "pruned once past it")
+			require.Contains(t, logs.String(), "rate-limit counters pruned")
+			require.Contains(t, logs.String(), "deleted=2")
+		})
+
+		t.Run("InBatches", func(t *testing.T) {
+			t.Parallel()
+
+			b := setup(t)
+			// More than a batch of expired counters, and one within retention.
+			windowEnd := time.Date(2026, 3, 1, 10, 15, 0, 0, time.UTC)
+			spend := func(key []byte, end time.Time) {
+				_, ok, err := b.tables.RateLimitCounterConsume(t.Context(), &db.RateLimitCounterConsumeParams{
+					KeyHash: key, WindowStart: end.Add(-15 * time.Minute), WindowEnd: end, LimitCount: 5,
+				})
+				require.NoError(t, err)
+				require.True(t, ok)
+			}
+			for i := range pruneBatchSize + 1 {
+				spend(fmt.Appendf(nil, "key %d", i), windowEnd)
+			}
+			spend([]byte("kept"), windowEnd.Add(time.Hour))
+			n, err := PruneCounters(t.Context(), b.tables, windowEnd.Add(time.Microsecond))
+			require.NoError(t, err)
+			require.Equal(t, int64(pruneBatchSize+1), n)
+			require.Equal(t, 1, b.counters(t))
+		})
+	})
+}
+
+// counters counts the limiter's rows.
+func (b *testBundle) counters(t *testing.T) int {
+	t.Helper()
+	var n int
+	require.NoError(t, b.sqlDB.QueryRowContext(t.Context(), "SELECT count(*) FROM rate_limit_counters").Scan(&n))
+	return n
+}
+
 func TestRun(t *testing.T) {
 	t.Parallel()
+
+	t.Run("PrunesCounters", func(t *testing.T) {
+		t.Parallel()
+
+		// The app's database with a counter whose window ended an hour ago, and one still open.
+		path := filepath.Join(t.TempDir(), "app.db")
+		sqlDB, err := OpenSQLite(path)
+		require.NoError(t, err)
+		t.Cleanup(func() { sqlDB.Close() })
+		require.NoError(t, MigrateApp(t.Context(), sqlDB, goose.DialectSQLite3))
+		engine, err := sqlite.NewEngineFromDB(sqlDB, &sqlite.Config{Logger: dbtest.Logger(t)})
+		require.NoError(t, err)
+		tables := db.NewTables(engine, &db.TablesConfig{Logger: dbtest.Logger(t)})
+		_, err = NewLimiter(t.Context(), &LimiterConfig{Tables: tables, Secret: testSecret})
+		require.NoError(t, err)
+		now := time.Now().UTC().Truncate(time.Second)
+		for key, end := range map[string]time.Time{"expired": now.Add(-time.Hour), "open": now.Add(10 * time.Minute)} {
+			_, ok, err := tables.RateLimitCounterConsume(t.Context(), &db.RateLimitCounterConsumeParams{
+				KeyHash: []byte(key), WindowStart: end.Add(-15 * time.Minute), WindowEnd: end, LimitCount: 5,
+			})
+			require.NoError(t, err)
+			require.True(t, ok)
+		}
+		b := &testBundle{sqlDB: sqlDB}
+		require.Equal(t, 2, b.counters(t))
+
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() {
+			done <- run(ctx, []string{"DATABASE_PATH=" + path, "APP_SECRET=" + string(testSecret), "HTTP_ADDR=127.0.0.1:0"})
+		}()
+		require.Eventually(t, func() bool { return b.counters(t) == 1 }, 30*time.Second, 10*time.Millisecond,
+			"the app's start prunes the expired counter, and only it")
+		cancel()
+		require.NoError(t, <-done)
+	})
 
 	for name, secret := range map[string]string{"Missing": "", "Short": "abc"} {
 		t.Run(name+"Secret", func(t *testing.T) {

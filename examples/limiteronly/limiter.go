@@ -17,8 +17,8 @@ import (
 	"github.com/postguard/postguard/db/sqlite"
 )
 
-// This file is all of postguard the app uses: its limiter, on the app's own database.
-// baseline.go is the same app without it, the one scripts/librarycost measures postguard's cost
+// This file is all of postguard the app uses: its limiter, on the app's own database, and
+// prune.go, which deletes the limiter's expired counters. baseline.go is the same app without them, the one scripts/librarycost measures postguard's cost
 // against.
 
 // actionLogin counts login attempts per client IP (password spraying across accounts) and per
@@ -65,7 +65,7 @@ func NewLimiter(ctx context.Context, config *LimiterConfig) (Limiter, error) {
 }
 
 // openLimiter is main's limiter: postguard's tables on the app's SQLite handle, the rules from
-// the environment.
+// the environment, and their expired counters pruned every minute until ctx ends.
 func openLimiter(ctx context.Context, sqlDB *sql.DB, environ []string, logger *slog.Logger) (Limiter, error) {
 	rules, err := DefaultRules().WithEnviron(environ)
 	if err != nil {
@@ -75,8 +75,9 @@ func openLimiter(ctx context.Context, sqlDB *sql.DB, environ []string, logger *s
 	if err != nil {
 		return nil, err
 	}
+	tables := db.NewTables(engine, &db.TablesConfig{Logger: logger})
 	limiter, err := NewLimiter(ctx, &LimiterConfig{
-		Tables: db.NewTables(engine, &db.TablesConfig{Logger: logger}),
+		Tables: tables,
 		Secret: []byte(lookup(environ, "APP_SECRET")),
 		Rules:  rules,
 		Logger: logger,
@@ -84,6 +85,7 @@ func openLimiter(ctx context.Context, sqlDB *sql.DB, environ []string, logger *s
 	if err != nil {
 		return nil, fmt.Errorf("error setting up the login's limiter: %w", err)
 	}
+	go (&pruner{tables: tables, logger: logger, now: time.Now}).run(ctx)
 	return limiter, nil
 }
 

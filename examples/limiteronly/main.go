@@ -2,7 +2,8 @@
 // history, on SQLite, whose login postguard's rate limiter guards, and nothing else of
 // postguard's: no River, no mail, no server. It links what the limiter needs (db, db/sqlite,
 // api/abuse, ginlimit) and adds one table, rate_limit_counters, recorded in postguard's own goose
-// table beside the app's goose_db_version. See README.md, "Using it as a library".
+// table beside the app's goose_db_version, whose expired counters it prunes every minute
+// (prune.go). See README.md, "Using it as a library".
 //
 //	APP_SECRET=$(openssl rand -hex 32) go run ./examples/limiteronly
 //

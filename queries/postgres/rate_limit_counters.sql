@@ -335,3 +335,195 @@ SELECT
     (SELECT count(*) FROM deleted)::bigint AS deleted,
     device.trusted::boolean AS device_trusted
 FROM device;
+
+-- name: RateLimitCounterConsumeBatch :many
+-- RateLimitCounterConsumeBatch spends the chains of several requests (a batch, see db's Tables) in
+-- one statement: chain i's windows are the i-th elements of the arrays (@key_hashes_2 and
+-- @key_hashes_3 NULL past a chain's last window), each spent as RateLimitCounterConsumeChain spends
+-- it and only when the one before it in its chain admitted. No key is in two chains of a batch, so
+-- no row is touched twice, and a key's RETURNING row is its chain's. Every batch locks its rows in
+-- one order, all first windows by key, then all second ones, then the third: "second" joins the
+-- array of "first"'s keys, which PostgreSQL computes whole before second's first row, so no second
+-- window is locked before every first one is. Batches of several processes then cannot deadlock,
+-- neither with each other nor with the single chains, which lock in the same order of positions.
+-- One row per chain, in order (ord, from 1), counts 0 past its refusal as in
+-- RateLimitCounterConsumeChain. A trusted device (@device_key_hashes[i] not NULL) is checked per
+-- chain as there, its window at @device_windows[i] (1-based).
+WITH input AS (
+    SELECT
+        i.ord,
+        (
+            (@device_key_hashes::bytea[])[i.ord] IS NOT NULL
+            AND NOT EXISTS (
+                SELECT 1
+                FROM rate_limit_device_revocations
+                WHERE rate_limit_device_revocations.key_hash = (@device_revocation_hashes::bytea[])[i.ord]
+                    AND rate_limit_device_revocations.revoked_at > (@device_sinces::timestamptz[])[i.ord]
+            )
+        ) AS trusted
+    FROM generate_subscripts(@key_hashes_1::bytea[], 1) AS i (ord)
+),
+chains AS (
+    SELECT
+        input.ord,
+        input.trusted,
+        CASE WHEN input.trusted AND (@device_windows::integer[])[input.ord] = 1 THEN (@device_key_hashes::bytea[])[input.ord] ELSE (@key_hashes_1::bytea[])[input.ord] END AS key_1,
+        CASE WHEN input.trusted AND (@device_windows::integer[])[input.ord] = 2 THEN (@device_key_hashes::bytea[])[input.ord] ELSE (@key_hashes_2::bytea[])[input.ord] END AS key_2,
+        CASE WHEN input.trusted AND (@device_windows::integer[])[input.ord] = 3 THEN (@device_key_hashes::bytea[])[input.ord] ELSE (@key_hashes_3::bytea[])[input.ord] END AS key_3,
+        (@window_starts_1::timestamptz[])[input.ord] AS window_start_1,
+        (@window_starts_2::timestamptz[])[input.ord] AS window_start_2,
+        (@window_starts_3::timestamptz[])[input.ord] AS window_start_3,
+        (@window_ends_1::timestamptz[])[input.ord] AS window_end_1,
+        (@window_ends_2::timestamptz[])[input.ord] AS window_end_2,
+        (@window_ends_3::timestamptz[])[input.ord] AS window_end_3,
+        (@limit_counts_1::bigint[])[input.ord] AS limit_count_1,
+        (@limit_counts_2::bigint[])[input.ord] AS limit_count_2,
+        (@limit_counts_3::bigint[])[input.ord] AS limit_count_3
+    FROM input
+),
+first AS (
+    INSERT INTO rate_limit_counters (key_hash, window_start, window_end, count, limit_count)
+    SELECT chains.key_1, chains.window_start_1, chains.window_end_1, 1, chains.limit_count_1
+    FROM chains
+    ORDER BY chains.key_1
+    ON CONFLICT (key_hash, window_start) DO UPDATE
+    SET count = rate_limit_counters.count + 1
+    WHERE rate_limit_counters.count < excluded.limit_count
+    RETURNING rate_limit_counters.key_hash, rate_limit_counters.count
+),
+second AS (
+    INSERT INTO rate_limit_counters (key_hash, window_start, window_end, count, limit_count)
+    SELECT chains.key_2, chains.window_start_2, chains.window_end_2, 1, chains.limit_count_2
+    FROM chains
+    JOIN unnest(ARRAY(SELECT first.key_hash FROM first)) AS admitted (key_hash)
+        ON admitted.key_hash = chains.key_1
+    WHERE chains.key_2 IS NOT NULL
+    ORDER BY chains.key_2
+    ON CONFLICT (key_hash, window_start) DO UPDATE
+    SET count = rate_limit_counters.count + 1
+    WHERE rate_limit_counters.count < excluded.limit_count
+    RETURNING rate_limit_counters.key_hash, rate_limit_counters.count
+),
+third AS (
+    INSERT INTO rate_limit_counters (key_hash, window_start, window_end, count, limit_count)
+    SELECT chains.key_3, chains.window_start_3, chains.window_end_3, 1, chains.limit_count_3
+    FROM chains
+    JOIN unnest(ARRAY(SELECT second.key_hash FROM second)) AS admitted (key_hash)
+        ON admitted.key_hash = chains.key_2
+    WHERE chains.key_3 IS NOT NULL
+    ORDER BY chains.key_3
+    ON CONFLICT (key_hash, window_start) DO UPDATE
+    SET count = rate_limit_counters.count + 1
+    WHERE rate_limit_counters.count < excluded.limit_count
+    RETURNING rate_limit_counters.key_hash, rate_limit_counters.count
+)
+SELECT
+    chains.ord::bigint AS ord,
+    coalesce(first.count, 0)::bigint AS count_1,
+    coalesce(second.count, 0)::bigint AS count_2,
+    coalesce(third.count, 0)::bigint AS count_3,
+    chains.trusted::boolean AS device_trusted
+FROM chains
+LEFT JOIN first ON first.key_hash = chains.key_1
+LEFT JOIN second ON second.key_hash = chains.key_2
+LEFT JOIN third ON third.key_hash = chains.key_3
+ORDER BY chains.ord;
+
+-- name: RateLimitCounterConsumeBatchUser :many
+-- RateLimitCounterConsumeBatchUser is RateLimitCounterConsumeBatch, whose CTEs it repeats (sqlc
+-- has no way to share them), and, for each chain whose every window admitted, a read of the user
+-- with @user_emails[i] ('' reads none) in the same statement: the service's users table with the
+-- limiter's counters, as RateLimitCounterConsumeChainUser.
+WITH input AS (
+    SELECT
+        i.ord,
+        (
+            (@device_key_hashes::bytea[])[i.ord] IS NOT NULL
+            AND NOT EXISTS (
+                SELECT 1
+                FROM rate_limit_device_revocations
+                WHERE rate_limit_device_revocations.key_hash = (@device_revocation_hashes::bytea[])[i.ord]
+                    AND rate_limit_device_revocations.revoked_at > (@device_sinces::timestamptz[])[i.ord]
+            )
+        ) AS trusted
+    FROM generate_subscripts(@key_hashes_1::bytea[], 1) AS i (ord)
+),
+chains AS (
+    SELECT
+        input.ord,
+        input.trusted,
+        CASE WHEN input.trusted AND (@device_windows::integer[])[input.ord] = 1 THEN (@device_key_hashes::bytea[])[input.ord] ELSE (@key_hashes_1::bytea[])[input.ord] END AS key_1,
+        CASE WHEN input.trusted AND (@device_windows::integer[])[input.ord] = 2 THEN (@device_key_hashes::bytea[])[input.ord] ELSE (@key_hashes_2::bytea[])[input.ord] END AS key_2,
+        CASE WHEN input.trusted AND (@device_windows::integer[])[input.ord] = 3 THEN (@device_key_hashes::bytea[])[input.ord] ELSE (@key_hashes_3::bytea[])[input.ord] END AS key_3,
+        (@window_starts_1::timestamptz[])[input.ord] AS window_start_1,
+        (@window_starts_2::timestamptz[])[input.ord] AS window_start_2,
+        (@window_starts_3::timestamptz[])[input.ord] AS window_start_3,
+        (@window_ends_1::timestamptz[])[input.ord] AS window_end_1,
+        (@window_ends_2::timestamptz[])[input.ord] AS window_end_2,
+        (@window_ends_3::timestamptz[])[input.ord] AS window_end_3,
+        (@limit_counts_1::bigint[])[input.ord] AS limit_count_1,
+        (@limit_counts_2::bigint[])[input.ord] AS limit_count_2,
+        (@limit_counts_3::bigint[])[input.ord] AS limit_count_3
+    FROM input
+),
+first AS (
+    INSERT INTO rate_limit_counters (key_hash, window_start, window_end, count, limit_count)
+    SELECT chains.key_1, chains.window_start_1, chains.window_end_1, 1, chains.limit_count_1
+    FROM chains
+    ORDER BY chains.key_1
+    ON CONFLICT (key_hash, window_start) DO UPDATE
+    SET count = rate_limit_counters.count + 1
+    WHERE rate_limit_counters.count < excluded.limit_count
+    RETURNING rate_limit_counters.key_hash, rate_limit_counters.count
+),
+second AS (
+    INSERT INTO rate_limit_counters (key_hash, window_start, window_end, count, limit_count)
+    SELECT chains.key_2, chains.window_start_2, chains.window_end_2, 1, chains.limit_count_2
+    FROM chains
+    JOIN unnest(ARRAY(SELECT first.key_hash FROM first)) AS admitted (key_hash)
+        ON admitted.key_hash = chains.key_1
+    WHERE chains.key_2 IS NOT NULL
+    ORDER BY chains.key_2
+    ON CONFLICT (key_hash, window_start) DO UPDATE
+    SET count = rate_limit_counters.count + 1
+    WHERE rate_limit_counters.count < excluded.limit_count
+    RETURNING rate_limit_counters.key_hash, rate_limit_counters.count
+),
+third AS (
+    INSERT INTO rate_limit_counters (key_hash, window_start, window_end, count, limit_count)
+    SELECT chains.key_3, chains.window_start_3, chains.window_end_3, 1, chains.limit_count_3
+    FROM chains
+    JOIN unnest(ARRAY(SELECT second.key_hash FROM second)) AS admitted (key_hash)
+        ON admitted.key_hash = chains.key_2
+    WHERE chains.key_3 IS NOT NULL
+    ORDER BY chains.key_3
+    ON CONFLICT (key_hash, window_start) DO UPDATE
+    SET count = rate_limit_counters.count + 1
+    WHERE rate_limit_counters.count < excluded.limit_count
+    RETURNING rate_limit_counters.key_hash, rate_limit_counters.count
+)
+SELECT
+    chains.ord::bigint AS ord,
+    coalesce(first.count, 0)::bigint AS count_1,
+    coalesce(second.count, 0)::bigint AS count_2,
+    coalesce(third.count, 0)::bigint AS count_3,
+    chains.trusted::boolean AS device_trusted,
+    users.id AS user_id,
+    users.email AS user_email,
+    users.name AS user_name,
+    users.password_hash AS user_password_hash,
+    users.email_verified_at AS user_email_verified_at,
+    users.unsubscribed_at AS user_unsubscribed_at,
+    users.created_at AS user_created_at,
+    users.updated_at AS user_updated_at,
+    users.locale AS user_locale
+FROM chains
+LEFT JOIN first ON first.key_hash = chains.key_1
+LEFT JOIN second ON second.key_hash = chains.key_2
+LEFT JOIN third ON third.key_hash = chains.key_3
+LEFT JOIN users
+    ON users.email = (@user_emails::text[])[chains.ord]
+    AND first.count IS NOT NULL
+    AND (chains.key_2 IS NULL OR second.count IS NOT NULL)
+    AND (chains.key_3 IS NULL OR third.count IS NOT NULL)
+ORDER BY chains.ord;

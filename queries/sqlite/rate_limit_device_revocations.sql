@@ -38,3 +38,10 @@ WHERE key_hash IN (
     WHERE r.revoked_at < @before
     LIMIT @max
 );
+
+-- name: RateLimitDeviceRevocationListTimes :many
+-- RateLimitDeviceRevocationListTimes reads the revocation times of several accounts' devices (a
+-- batch of checks' devices), in no particular order; an account never revoked has no row.
+SELECT key_hash, revoked_at
+FROM rate_limit_device_revocations
+WHERE key_hash IN (sqlc.slice(key_hashes));

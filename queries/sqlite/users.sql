@@ -55,3 +55,10 @@ SET unsubscribed_at = coalesce(unsubscribed_at, @now),
     updated_at = @now
 WHERE id = @id
 RETURNING locale;
+
+-- name: UserListByEmails :many
+-- UserListByEmails finds the users of several normalised emails (a batch of checks' lookups), in
+-- no particular order; an email without a user has no row.
+SELECT *
+FROM users
+WHERE email IN (sqlc.slice(emails));

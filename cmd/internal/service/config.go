@@ -97,15 +97,17 @@ type Config struct {
 	// DeviceTokenTTL is DEVICE_TOKEN_TTL: the life of a trusted-device token.
 	DeviceTokenTTL time.Duration
 
-	JobRetention      time.Duration
-	CounterRetention  time.Duration
-	PruneInterval     time.Duration
-	ShutdownTimeout   time.Duration
-	EmailWorkers      int
-	JobTimeout        time.Duration
-	JobRescueAfter    time.Duration
-	FetchCooldown     time.Duration
-	FetchPollInterval time.Duration
+	JobRetention     time.Duration
+	CounterRetention time.Duration
+	PruneInterval    time.Duration
+	// CounterPruneInterval is COUNTER_PRUNE_INTERVAL: the period of the counters' prune.
+	CounterPruneInterval time.Duration
+	ShutdownTimeout      time.Duration
+	EmailWorkers         int
+	JobTimeout           time.Duration
+	JobRescueAfter       time.Duration
+	FetchCooldown        time.Duration
+	FetchPollInterval    time.Duration
 
 	LogFormat string
 	LogLevel  slog.Level

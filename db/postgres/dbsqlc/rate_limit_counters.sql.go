@@ -52,6 +52,360 @@ func (q *Queries) RateLimitCounterConsume(ctx context.Context, db DBTX, arg Rate
 	return count, err
 }
 
+const rateLimitCounterConsumeBatch = `-- name: RateLimitCounterConsumeBatch :many
+WITH input AS (
+    SELECT
+        i.ord,
+        (
+            ($1::bytea[])[i.ord] IS NOT NULL
+            AND NOT EXISTS (
+                SELECT 1
+                FROM rate_limit_device_revocations
+                WHERE rate_limit_device_revocations.key_hash = ($2::bytea[])[i.ord]
+                    AND rate_limit_device_revocations.revoked_at > ($3::timestamptz[])[i.ord]
+            )
+        ) AS trusted
+    FROM generate_subscripts($4::bytea[], 1) AS i (ord)
+),
+chains AS (
+    SELECT
+        input.ord,
+        input.trusted,
+        CASE WHEN input.trusted AND ($5::integer[])[input.ord] = 1 THEN ($1::bytea[])[input.ord] ELSE ($4::bytea[])[input.ord] END AS key_1,
+        CASE WHEN input.trusted AND ($5::integer[])[input.ord] = 2 THEN ($1::bytea[])[input.ord] ELSE ($6::bytea[])[input.ord] END AS key_2,
+        CASE WHEN input.trusted AND ($5::integer[])[input.ord] = 3 THEN ($1::bytea[])[input.ord] ELSE ($7::bytea[])[input.ord] END AS key_3,
+        ($8::timestamptz[])[input.ord] AS window_start_1,
+        ($9::timestamptz[])[input.ord] AS window_start_2,
+        ($10::timestamptz[])[input.ord] AS window_start_3,
+        ($11::timestamptz[])[input.ord] AS window_end_1,
+        ($12::timestamptz[])[input.ord] AS window_end_2,
+        ($13::timestamptz[])[input.ord] AS window_end_3,
+        ($14::bigint[])[input.ord] AS limit_count_1,
+        ($15::bigint[])[input.ord] AS limit_count_2,
+        ($16::bigint[])[input.ord] AS limit_count_3
+    FROM input
+),
+first AS (
+    INSERT INTO rate_limit_counters (key_hash, window_start, window_end, count, limit_count)
+    SELECT chains.key_1, chains.window_start_1, chains.window_end_1, 1, chains.limit_count_1
+    FROM chains
+    ORDER BY chains.key_1
+    ON CONFLICT (key_hash, window_start) DO UPDATE
+    SET count = rate_limit_counters.count + 1
+    WHERE rate_limit_counters.count < excluded.limit_count
+    RETURNING rate_limit_counters.key_hash, rate_limit_counters.count
+),
+second AS (
+    INSERT INTO rate_limit_counters (key_hash, window_start, window_end, count, limit_count)
+    SELECT chains.key_2, chains.window_start_2, chains.window_end_2, 1, chains.limit_count_2
+    FROM chains
+    JOIN unnest(ARRAY(SELECT first.key_hash FROM first)) AS admitted (key_hash)
+        ON admitted.key_hash = chains.key_1
+    WHERE chains.key_2 IS NOT NULL
+    ORDER BY chains.key_2
+    ON CONFLICT (key_hash, window_start) DO UPDATE
+    SET count = rate_limit_counters.count + 1
+    WHERE rate_limit_counters.count < excluded.limit_count
+    RETURNING rate_limit_counters.key_hash, rate_limit_counters.count
+),
+third AS (
+    INSERT INTO rate_limit_counters (key_hash, window_start, window_end, count, limit_count)
+    SELECT chains.key_3, chains.window_start_3, chains.window_end_3, 1, chains.limit_count_3
+    FROM chains
+    JOIN unnest(ARRAY(SELECT second.key_hash FROM second)) AS admitted (key_hash)
+        ON admitted.key_hash = chains.key_2
+    WHERE chains.key_3 IS NOT NULL
+    ORDER BY chains.key_3
+    ON CONFLICT (key_hash, window_start) DO UPDATE
+    SET count = rate_limit_counters.count + 1
+    WHERE rate_limit_counters.count < excluded.limit_count
+    RETURNING rate_limit_counters.key_hash, rate_limit_counters.count
+)
+SELECT
+    chains.ord::bigint AS ord,
+    coalesce(first.count, 0)::bigint AS count_1,
+    coalesce(second.count, 0)::bigint AS count_2,
+    coalesce(third.count, 0)::bigint AS count_3,
+    chains.trusted::boolean AS device_trusted
+FROM chains
+LEFT JOIN first ON first.key_hash = chains.key_1
+LEFT JOIN second ON second.key_hash = chains.key_2
+LEFT JOIN third ON third.key_hash = chains.key_3
+ORDER BY chains.ord
+`
+
+type RateLimitCounterConsumeBatchParams struct {
+	DeviceKeyHashes        [][]byte
+	DeviceRevocationHashes [][]byte
+	DeviceSinces           []time.Time
+	KeyHashes1             [][]byte
+	DeviceWindows          []int32
+	KeyHashes2             [][]byte
+	KeyHashes3             [][]byte
+	WindowStarts1          []time.Time
+	WindowStarts2          []time.Time
+	WindowStarts3          []time.Time
+	WindowEnds1            []time.Time
+	WindowEnds2            []time.Time
+	WindowEnds3            []time.Time
+	LimitCounts1           []int64
+	LimitCounts2           []int64
+	LimitCounts3           []int64
+}
+
+type RateLimitCounterConsumeBatchRow struct {
+	Ord           int64
+	Count1        int64
+	Count2        int64
+	Count3        int64
+	DeviceTrusted bool
+}
+
+// RateLimitCounterConsumeBatch spends the chains of several requests (a batch, see db's Tables) in
+// one statement: chain i's windows are the i-th elements of the arrays (@key_hashes_2 and
+// @key_hashes_3 NULL past a chain's last window), each spent as RateLimitCounterConsumeChain spends
+// it and only when the one before it in its chain admitted. No key is in two chains of a batch, so
+// no row is touched twice, and a key's RETURNING row is its chain's. Every batch locks its rows in
+// one order, all first windows by key, then all second ones, then the third: "second" joins the
+// array of "first"'s keys, which PostgreSQL computes whole before second's first row, so no second
+// window is locked before every first one is. Batches of several processes then cannot deadlock,
+// neither with each other nor with the single chains, which lock in the same order of positions.
+// One row per chain, in order (ord, from 1), counts 0 past its refusal as in
+// RateLimitCounterConsumeChain. A trusted device (@device_key_hashes[i] not NULL) is checked per
+// chain as there, its window at @device_windows[i] (1-based).
+func (q *Queries) RateLimitCounterConsumeBatch(ctx context.Context, db DBTX, arg RateLimitCounterConsumeBatchParams) ([]*RateLimitCounterConsumeBatchRow, error) {
+	rows, err := db.Query(ctx, rateLimitCounterConsumeBatch,
+		arg.DeviceKeyHashes,
+		arg.DeviceRevocationHashes,
+		arg.DeviceSinces,
+		arg.KeyHashes1,
+		arg.DeviceWindows,
+		arg.KeyHashes2,
+		arg.KeyHashes3,
+		arg.WindowStarts1,
+		arg.WindowStarts2,
+		arg.WindowStarts3,
+		arg.WindowEnds1,
+		arg.WindowEnds2,
+		arg.WindowEnds3,
+		arg.LimitCounts1,
+		arg.LimitCounts2,
+		arg.LimitCounts3,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []*RateLimitCounterConsumeBatchRow
+	for rows.Next() {
+		var i RateLimitCounterConsumeBatchRow
+		if err := rows.Scan(
+			&i.Ord,
+			&i.Count1,
+			&i.Count2,
+			&i.Count3,
+			&i.DeviceTrusted,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, &i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const rateLimitCounterConsumeBatchUser = `-- name: RateLimitCounterConsumeBatchUser :many
+WITH input AS (
+    SELECT
+        i.ord,
+        (
+            ($2::bytea[])[i.ord] IS NOT NULL
+            AND NOT EXISTS (
+                SELECT 1
+                FROM rate_limit_device_revocations
+                WHERE rate_limit_device_revocations.key_hash = ($3::bytea[])[i.ord]
+                    AND rate_limit_device_revocations.revoked_at > ($4::timestamptz[])[i.ord]
+            )
+        ) AS trusted
+    FROM generate_subscripts($5::bytea[], 1) AS i (ord)
+),
+chains AS (
+    SELECT
+        input.ord,
+        input.trusted,
+        CASE WHEN input.trusted AND ($6::integer[])[input.ord] = 1 THEN ($2::bytea[])[input.ord] ELSE ($5::bytea[])[input.ord] END AS key_1,
+        CASE WHEN input.trusted AND ($6::integer[])[input.ord] = 2 THEN ($2::bytea[])[input.ord] ELSE ($7::bytea[])[input.ord] END AS key_2,
+        CASE WHEN input.trusted AND ($6::integer[])[input.ord] = 3 THEN ($2::bytea[])[input.ord] ELSE ($8::bytea[])[input.ord] END AS key_3,
+        ($9::timestamptz[])[input.ord] AS window_start_1,
+        ($10::timestamptz[])[input.ord] AS window_start_2,
+        ($11::timestamptz[])[input.ord] AS window_start_3,
+        ($12::timestamptz[])[input.ord] AS window_end_1,
+        ($13::timestamptz[])[input.ord] AS window_end_2,
+        ($14::timestamptz[])[input.ord] AS window_end_3,
+        ($15::bigint[])[input.ord] AS limit_count_1,
+        ($16::bigint[])[input.ord] AS limit_count_2,
+        ($17::bigint[])[input.ord] AS limit_count_3
+    FROM input
+),
+first AS (
+    INSERT INTO rate_limit_counters (key_hash, window_start, window_end, count, limit_count)
+    SELECT chains.key_1, chains.window_start_1, chains.window_end_1, 1, chains.limit_count_1
+    FROM chains
+    ORDER BY chains.key_1
+    ON CONFLICT (key_hash, window_start) DO UPDATE
+    SET count = rate_limit_counters.count + 1
+    WHERE rate_limit_counters.count < excluded.limit_count
+    RETURNING rate_limit_counters.key_hash, rate_limit_counters.count
+),
+second AS (
+    INSERT INTO rate_limit_counters (key_hash, window_start, window_end, count, limit_count)
+    SELECT chains.key_2, chains.window_start_2, chains.window_end_2, 1, chains.limit_count_2
+    FROM chains
+    JOIN unnest(ARRAY(SELECT first.key_hash FROM first)) AS admitted (key_hash)
+        ON admitted.key_hash = chains.key_1
+    WHERE chains.key_2 IS NOT NULL
+    ORDER BY chains.key_2
+    ON CONFLICT (key_hash, window_start) DO UPDATE
+    SET count = rate_limit_counters.count + 1
+    WHERE rate_limit_counters.count < excluded.limit_count
+    RETURNING rate_limit_counters.key_hash, rate_limit_counters.count
+),
+third AS (
+    INSERT INTO rate_limit_counters (key_hash, window_start, window_end, count, limit_count)
+    SELECT chains.key_3, chains.window_start_3, chains.window_end_3, 1, chains.limit_count_3
+    FROM chains
+    JOIN unnest(ARRAY(SELECT second.key_hash FROM second)) AS admitted (key_hash)
+        ON admitted.key_hash = chains.key_2
+    WHERE chains.key_3 IS NOT NULL
+    ORDER BY chains.key_3
+    ON CONFLICT (key_hash, window_start) DO UPDATE
+    SET count = rate_limit_counters.count + 1
+    WHERE rate_limit_counters.count < excluded.limit_count
+    RETURNING rate_limit_counters.key_hash, rate_limit_counters.count
+)
+SELECT
+    chains.ord::bigint AS ord,
+    coalesce(first.count, 0)::bigint AS count_1,
+    coalesce(second.count, 0)::bigint AS count_2,
+    coalesce(third.count, 0)::bigint AS count_3,
+    chains.trusted::boolean AS device_trusted,
+    users.id AS user_id,
+    users.email AS user_email,
+    users.name AS user_name,
+    users.password_hash AS user_password_hash,
+    users.email_verified_at AS user_email_verified_at,
+    users.unsubscribed_at AS user_unsubscribed_at,
+    users.created_at AS user_created_at,
+    users.updated_at AS user_updated_at,
+    users.locale AS user_locale
+FROM chains
+LEFT JOIN first ON first.key_hash = chains.key_1
+LEFT JOIN second ON second.key_hash = chains.key_2
+LEFT JOIN third ON third.key_hash = chains.key_3
+LEFT JOIN users
+    ON users.email = ($1::text[])[chains.ord]
+    AND first.count IS NOT NULL
+    AND (chains.key_2 IS NULL OR second.count IS NOT NULL)
+    AND (chains.key_3 IS NULL OR third.count IS NOT NULL)
+ORDER BY chains.ord
+`
+
+type RateLimitCounterConsumeBatchUserParams struct {
+	UserEmails             []string
+	DeviceKeyHashes        [][]byte
+	DeviceRevocationHashes [][]byte
+	DeviceSinces           []time.Time
+	KeyHashes1             [][]byte
+	DeviceWindows          []int32
+	KeyHashes2             [][]byte
+	KeyHashes3             [][]byte
+	WindowStarts1          []time.Time
+	WindowStarts2          []time.Time
+	WindowStarts3          []time.Time
+	WindowEnds1            []time.Time
+	WindowEnds2            []time.Time
+	WindowEnds3            []time.Time
+	LimitCounts1           []int64
+	LimitCounts2           []int64
+	LimitCounts3           []int64
+}
+
+type RateLimitCounterConsumeBatchUserRow struct {
+	Ord                 int64
+	Count1              int64
+	Count2              int64
+	Count3              int64
+	DeviceTrusted       bool
+	UserID              *int64
+	UserEmail           *string
+	UserName            *string
+	UserPasswordHash    *string
+	UserEmailVerifiedAt *time.Time
+	UserUnsubscribedAt  *time.Time
+	UserCreatedAt       *time.Time
+	UserUpdatedAt       *time.Time
+	UserLocale          *string
+}
+
+// RateLimitCounterConsumeBatchUser is RateLimitCounterConsumeBatch, whose CTEs it repeats (sqlc
+// has no way to share them), and, for each chain whose every window admitted, a read of the user
+// with @user_emails[i] (” reads none) in the same statement: the service's users table with the
+// limiter's counters, as RateLimitCounterConsumeChainUser.
+func (q *Queries) RateLimitCounterConsumeBatchUser(ctx context.Context, db DBTX, arg RateLimitCounterConsumeBatchUserParams) ([]*RateLimitCounterConsumeBatchUserRow, error) {
+	rows, err := db.Query(ctx, rateLimitCounterConsumeBatchUser,
+		arg.UserEmails,
+		arg.DeviceKeyHashes,
+		arg.DeviceRevocationHashes,
+		arg.DeviceSinces,
+		arg.KeyHashes1,
+		arg.DeviceWindows,
+		arg.KeyHashes2,
+		arg.KeyHashes3,
+		arg.WindowStarts1,
+		arg.WindowStarts2,
+		arg.WindowStarts3,
+		arg.WindowEnds1,
+		arg.WindowEnds2,
+		arg.WindowEnds3,
+		arg.LimitCounts1,
+		arg.LimitCounts2,
+		arg.LimitCounts3,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []*RateLimitCounterConsumeBatchUserRow
+	for rows.Next() {
+		var i RateLimitCounterConsumeBatchUserRow
+		if err := rows.Scan(
+			&i.Ord,
+			&i.Count1,
+			&i.Count2,
+			&i.Count3,
+			&i.DeviceTrusted,
+			&i.UserID,
+			&i.UserEmail,
+			&i.UserName,
+			&i.UserPasswordHash,
+			&i.UserEmailVerifiedAt,
+			&i.UserUnsubscribedAt,
+			&i.UserCreatedAt,
+			&i.UserUpdatedAt,
+			&i.UserLocale,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, &i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const rateLimitCounterConsumeChain = `-- name: RateLimitCounterConsumeChain :one
 WITH device AS (
     SELECT (

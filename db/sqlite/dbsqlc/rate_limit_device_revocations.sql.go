@@ -7,6 +7,7 @@ package dbsqlc
 
 import (
 	"context"
+	"strings"
 )
 
 const rateLimitDeviceRevocationDeleteBefore = `-- name: RateLimitDeviceRevocationDeleteBefore :execrows
@@ -46,6 +47,47 @@ func (q *Queries) RateLimitDeviceRevocationGet(ctx context.Context, db DBTX, key
 	var revoked_at int64
 	err := row.Scan(&revoked_at)
 	return revoked_at, err
+}
+
+const rateLimitDeviceRevocationListTimes = `-- name: RateLimitDeviceRevocationListTimes :many
+SELECT key_hash, revoked_at
+FROM rate_limit_device_revocations
+WHERE key_hash IN (/*SLICE:key_hashes*/?)
+`
+
+// RateLimitDeviceRevocationListTimes reads the revocation times of several accounts' devices (a
+// batch of checks' devices), in no particular order; an account never revoked has no row.
+func (q *Queries) RateLimitDeviceRevocationListTimes(ctx context.Context, db DBTX, keyHashes [][]byte) ([]*RateLimitDeviceRevocation, error) {
+	query := rateLimitDeviceRevocationListTimes
+	var queryParams []interface{}
+	if len(keyHashes) > 0 {
+		for _, v := range keyHashes {
+			queryParams = append(queryParams, v)
+		}
+		query = strings.Replace(query, "/*SLICE:key_hashes*/?", strings.Repeat(",?", len(keyHashes))[1:], 1)
+	} else {
+		query = strings.Replace(query, "/*SLICE:key_hashes*/?", "NULL", 1)
+	}
+	rows, err := db.QueryContext(ctx, query, queryParams...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []*RateLimitDeviceRevocation
+	for rows.Next() {
+		var i RateLimitDeviceRevocation
+		if err := rows.Scan(&i.KeyHash, &i.RevokedAt); err != nil {
+			return nil, err
+		}
+		items = append(items, &i)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const rateLimitDeviceRevocationTrusted = `-- name: RateLimitDeviceRevocationTrusted :one

@@ -7,6 +7,7 @@ package dbsqlc
 
 import (
 	"context"
+	"strings"
 )
 
 const userGetByEmail = `-- name: UserGetByEmail :one
@@ -107,6 +108,57 @@ func (q *Queries) UserInsert(ctx context.Context, db DBTX, arg UserInsertParams)
 		&i.Locale,
 	)
 	return &i, err
+}
+
+const userListByEmails = `-- name: UserListByEmails :many
+SELECT id, email, name, password_hash, email_verified_at, unsubscribed_at, created_at, updated_at, locale
+FROM users
+WHERE email IN (/*SLICE:emails*/?)
+`
+
+// UserListByEmails finds the users of several normalised emails (a batch of checks' lookups), in
+// no particular order; an email without a user has no row.
+func (q *Queries) UserListByEmails(ctx context.Context, db DBTX, emails []string) ([]*User, error) {
+	query := userListByEmails
+	var queryParams []interface{}
+	if len(emails) > 0 {
+		for _, v := range emails {
+			queryParams = append(queryParams, v)
+		}
+		query = strings.Replace(query, "/*SLICE:emails*/?", strings.Repeat(",?", len(emails))[1:], 1)
+	} else {
+		query = strings.Replace(query, "/*SLICE:emails*/?", "NULL", 1)
+	}
+	rows, err := db.QueryContext(ctx, query, queryParams...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []*User
+	for rows.Next() {
+		var i User
+		if err := rows.Scan(
+			&i.ID,
+			&i.Email,
+			&i.Name,
+			&i.PasswordHash,
+			&i.EmailVerifiedAt,
+			&i.UnsubscribedAt,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.Locale,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, &i)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const userMarkEmailVerified = `-- name: UserMarkEmailVerified :one
