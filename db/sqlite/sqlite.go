@@ -71,12 +71,13 @@ var _ db.Engine[*sql.Tx] = (*Engine)(nil)
 
 // NewEngine opens (creating it if needed) the SQLite database at path, taken verbatim, in WAL
 // mode with a busy timeout, foreign keys on, synchronous=NORMAL (durable in WAL mode except for
-// the last commits before a power loss), a 64 MiB page cache, a checkpoint every 20,000 pages
-// and secure_delete on (deleted rows are zeroed, so a copy
-// of the file does not hold what was deleted: used tokens, old counters). The database's files
-// are created with mode 0600, and an older database's files are restricted to it. A secret that
-// the first version kept inside the database is moved out to SecretPath (see AppSecret). NewEngine
-// does not migrate; see db.Tables.MigrateTables.
+// the last commits before a power loss), a 64 MiB page cache, a checkpoint every 20,000 pages,
+// temporary files in memory (a batch's multi-row upsert keeps a statement journal larger than
+// the 64 KiB SQLite holds in memory before it spills to a file) and secure_delete on (deleted
+// rows are zeroed, so a copy of the file does not hold what was deleted: used tokens, old
+// counters). The database's files are created with mode 0600, and an older database's files are
+// restricted to it. A secret that the first version kept inside the database is moved out to
+// SecretPath (see AppSecret). NewEngine does not migrate; see db.Tables.MigrateTables.
 func NewEngine(ctx context.Context, path string, config *Config) (*Engine, error) {
 	if config == nil {
 		config = &Config{}
@@ -103,6 +104,7 @@ func NewEngine(ctx context.Context, path string, config *Config) (*Engine, error
 			"journal_mode(WAL)",
 			"secure_delete(1)",
 			"synchronous(NORMAL)",
+			"temp_store(MEMORY)",
 			// The counters' inserts land on pages all over their primary key's index, and in
 			// WAL mode every page a commit dirtied is written whole: a page cache of 64 MiB
 			// (the default is 2 MiB) keeps those pages in memory rather than reading them back,

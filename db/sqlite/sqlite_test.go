@@ -34,6 +34,7 @@ func TestNewEngine(t *testing.T) {
 		"journal_mode":  "wal",
 		"secure_delete": "1",
 		"synchronous":   "1", // NORMAL
+		"temp_store":    "2", // MEMORY
 	} {
 		var got string
 		require.NoError(t, store.SQLite.DB().QueryRowContext(t.Context(), "PRAGMA "+pragma).Scan(&got))
