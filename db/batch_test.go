@@ -215,21 +215,36 @@ func TestStore_RateLimitCounterConsumeBatch(t *testing.T) {
 }
 
 // failWritesAt makes store's database fail part-way through a batch of fresh keys, as a full disk
-// does: on PostgreSQL a trigger answers disk_full (53100) at key's insert; SQLite is held to the
-// pages it has (max_page_count), so its inserts run out of room once the free space on them is
-// used. Both engines report it as db.ErrUnavailable.
+// does: on PostgreSQL key's insert answers disk_full (53100, see failInsertOf); SQLite is held to
+// the pages it has (max_page_count), so its inserts run out of room once the free space on them
+// is used. Both engines report it as db.ErrUnavailable.
 func failWritesAt(t *testing.T, store *dbtest.Store, engine, key string) {
 	t.Helper()
+	if engine == "postgres" {
+		failInsertOf(t, store, engine, key)
+		return
+	}
 	ctx := t.Context()
 	sqlDB := store.SQLiteOrPostgresDB(t)
+	var pages int
+	require.NoError(t, sqlDB.QueryRowContext(ctx, `PRAGMA page_count`).Scan(&pages))
+	_, err := sqlDB.ExecContext(ctx, fmt.Sprintf(`PRAGMA max_page_count = %d`, pages))
+	require.NoError(t, err)
+}
+
+// failInsertOf makes the insert of key's counter fail, and only it, with a trigger: on
+// PostgreSQL as a full disk does (disk_full, 53100); on SQLite with RAISE(ABORT).
+func failInsertOf(t *testing.T, store *dbtest.Store, engine, key string) {
+	t.Helper()
+	sqlDB := store.SQLiteOrPostgresDB(t)
 	if engine != "postgres" {
-		var pages int
-		require.NoError(t, sqlDB.QueryRowContext(ctx, `PRAGMA page_count`).Scan(&pages))
-		_, err := sqlDB.ExecContext(ctx, fmt.Sprintf(`PRAGMA max_page_count = %d`, pages))
+		_, err := sqlDB.ExecContext(t.Context(), fmt.Sprintf(`
+			CREATE TRIGGER fail_on_key BEFORE INSERT ON rate_limit_counters
+			WHEN NEW.key_hash = x'%x' BEGIN SELECT RAISE(ABORT, 'fail_on_key'); END`, tokenHash(key)))
 		require.NoError(t, err)
 		return
 	}
-	_, err := sqlDB.ExecContext(ctx, fmt.Sprintf(`
+	_, err := sqlDB.ExecContext(t.Context(), fmt.Sprintf(`
 		CREATE FUNCTION fail_on_key() RETURNS trigger LANGUAGE plpgsql AS $$
 		BEGIN
 			IF NEW.key_hash = '\x%x'::bytea THEN
@@ -417,6 +432,29 @@ func TestTables_FailedBatchFailsEachCheck(t *testing.T) {
 				require.Zero(t, batchCount(t, store, fmt.Sprintf("ip%d", i)), "half-spent")
 				require.Zero(t, batchCount(t, store, fmt.Sprintf("email%d", i)), "half-spent")
 			}
+		})
+	}
+}
+
+// TestTables_FailedLoneCheckSpendsNothing: a check that runs alone is all or nothing too. On
+// PostgreSQL it is one statement; on SQLite its statements share one transaction, so a failure
+// at its second window leaves its first unspent.
+func TestTables_FailedLoneCheckSpendsNothing(t *testing.T) {
+	t.Parallel()
+
+	for _, engine := range []string{"postgres", "sqlite"} {
+		t.Run(engine, func(t *testing.T) {
+			t.Parallel()
+
+			store := batchStore(t, engine)
+			failInsertOf(t, store, engine, "email-lone")
+
+			_, err := store.RateLimitCounterConsumeChain(t.Context(), &db.RateLimitCounterChainParams{
+				Windows:   []db.RateLimitCounterConsumeParams{batchWindow("ip-lone", 5), batchWindow("email-lone", 5)},
+				UserEmail: "ada@example.com",
+			})
+			require.Error(t, err)
+			require.Zero(t, batchCount(t, store, "ip-lone"), "half-spent")
 		})
 	}
 }

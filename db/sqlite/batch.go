@@ -4,10 +4,12 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 
 	"github.com/postguard/postguard/db"
+	"github.com/postguard/postguard/db/sqlite/dbsqlc"
 )
 
 // The batch of checks (db's Tables batch the checks that arrive while one runs): one transaction
@@ -44,55 +46,100 @@ func upsertQuery(n int) string {
 	return query.String()
 }
 
-// maxPreparedUpsert is the largest upsert kept prepared: a batch of db.DefaultCounterBatchMax.
-const maxPreparedUpsert = db.DefaultCounterBatchMax
+// maxPrepared bounds the statements a stmtCache keeps: the upserts of every size a batch may
+// have (db.DefaultCounterBatchMax), and the reads of users and of device revocations, whose IN
+// lists have as many sizes.
+const maxPrepared = 4 * db.DefaultCounterBatchMax
 
-// upserts are the batch's upserts prepared once on the engine's *sql.DB, one per size, so that a
-// batch does not prepare its statements anew: a transaction's StmtContext takes the one prepared
-// on its connection. They are prepared before the batch's transaction begins (the one connection
-// is free then), up to the batch's size, the first time a batch is that large.
-type upserts struct {
+// stmtCache keeps the batch's statements prepared on the engine's *sql.DB, by their text, so that
+// a batch does not prepare them anew: on SQLite preparing a statement costs as much as running
+// it. A transaction's StmtContext takes the one prepared on its connection. The engine has one
+// connection, which a transaction holds until it ends, so a statement met for the first time
+// runs unprepared in its transaction and is prepared once the transaction is over (prepareMissed).
+type stmtCache struct {
 	db *sql.DB
 
-	mu    sync.Mutex
-	stmts []*sql.Stmt // stmts[n-1] upserts n rows
+	prepareMu sync.Mutex // held by prepareMissed
+
+	mu     sync.Mutex
+	stmts  map[string]*sql.Stmt
+	missed []string // run unprepared, to prepare once the connection is free
 }
 
-// prepare prepares the upserts of up to n rows not prepared yet.
-func (u *upserts) prepare(ctx context.Context, n int) error {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	for size := len(u.stmts) + 1; size <= min(n, maxPreparedUpsert); size++ {
-		stmt, err := u.db.PrepareContext(ctx, upsertQuery(size)) //nolint:sqlclosecheck // kept prepared: close closes it
-		if err != nil {
-			return failed("preparing a batch of rate limit checks", err)
-		}
-		u.stmts = append(u.stmts, stmt)
+func newStmtCache(sqlDB *sql.DB) *stmtCache {
+	return &stmtCache{db: sqlDB, stmts: make(map[string]*sql.Stmt)}
+}
+
+// inTx is a dbsqlc.DBTX that runs tx's queries on the statements prepared for their text.
+func (c *stmtCache) inTx(tx *sql.Tx) dbsqlc.DBTX { return &cachedTx{Tx: tx, cache: c} }
+
+// lookup is the statement prepared for query, or nil, noting it as missed.
+func (c *stmtCache) lookup(query string) *sql.Stmt {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	stmt, ok := c.stmts[query]
+	if !ok && len(c.stmts)+len(c.missed) < maxPrepared && !slices.Contains(c.missed, query) {
+		c.missed = append(c.missed, query)
 	}
-	return nil
+	return stmt
 }
 
-// close closes the prepared upserts (on a *sql.DB of the caller's, which stays open).
-func (u *upserts) close() {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	for _, stmt := range u.stmts {
+// prepareMissed prepares the statements that ran unprepared. It runs outside any transaction,
+// when the one connection is free, and without the cache's lock, which a batch's transaction
+// may wait on while it holds the connection; prepareMu keeps two of it from preparing one text
+// twice. A failure leaves a statement unprepared: it will run so again.
+func (c *stmtCache) prepareMissed(ctx context.Context) {
+	if c == nil {
+		return
+	}
+	c.prepareMu.Lock()
+	defer c.prepareMu.Unlock()
+	c.mu.Lock()
+	missed := c.missed
+	c.missed = nil
+	c.mu.Unlock()
+	for _, query := range missed {
+		c.mu.Lock()
+		_, prepared := c.stmts[query]
+		c.mu.Unlock()
+		if prepared {
+			continue
+		}
+		stmt, err := c.db.PrepareContext(ctx, query) //nolint:sqlclosecheck // kept prepared: close closes it
+		if err != nil {
+			return
+		}
+		c.mu.Lock()
+		c.stmts[query] = stmt
+		c.mu.Unlock()
+	}
+}
+
+// close closes the prepared statements (on a *sql.DB of the caller's, which stays open).
+func (c *stmtCache) close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, stmt := range c.stmts {
 		_ = stmt.Close() // frees the statement; its failure leaves nothing behind
 	}
-	u.stmts = nil
+	clear(c.stmts)
+	c.missed = nil
 }
 
-// stmt is the prepared upsert of n rows, nil when it is not prepared.
-func (u *upserts) stmt(n int) *sql.Stmt {
-	if u == nil {
-		return nil
+// cachedTx is a transaction whose queries run on the statements its cache prepared.
+type cachedTx struct {
+	*sql.Tx
+	cache *stmtCache
+}
+
+// QueryContext implements dbsqlc.DBTX. The transaction's copy of the statement is closed when
+// the transaction ends; the one prepared on the connection stays prepared.
+func (t *cachedTx) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	stmt := t.cache.lookup(query)
+	if stmt == nil {
+		return t.Tx.QueryContext(ctx, query, args...)
 	}
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	if n > len(u.stmts) {
-		return nil
-	}
-	return u.stmts[n-1]
+	return t.Tx.StmtContext(ctx, stmt).QueryContext(ctx, args...) //nolint:sqlclosecheck // the transaction closes its statements when it ends
 }
 
 // RateLimitCounterConsumeBatch implements db.Counters in one transaction: the devices' check, then
@@ -105,22 +152,22 @@ func (q *queries) RateLimitCounterConsumeBatch(ctx context.Context, chains []*db
 	if !ok {
 		return nil, errors.New("sqlite: a batch of checks runs on the engine's *sql.DB, in a transaction of its own")
 	}
-	if q.upserts != nil {
-		if err := q.upserts.prepare(ctx, len(chains)); err != nil {
-			return nil, err
-		}
-	}
 	tx, err := sqlDB.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, failed("beginning a batch of rate limit checks", err)
 	}
+	defer q.stmts.prepareMissed(context.WithoutCancel(ctx))
 	defer tx.Rollback() //nolint:errcheck // a no-op after Commit; the failure that led here is returned
+	var inTx dbsqlc.DBTX = tx
+	if q.stmts != nil {
+		inTx = q.stmts.inTx(tx)
+	}
 
 	results := make([]*db.RateLimitCounterChainResult, len(chains))
 	for i := range results {
 		results[i] = &db.RateLimitCounterChainResult{}
 	}
-	if err := batchDevices(ctx, tx, chains, results); err != nil {
+	if err := batchDevices(ctx, inTx, chains, results); err != nil {
 		return nil, err
 	}
 
@@ -129,14 +176,14 @@ func (q *queries) RateLimitCounterConsumeBatch(ctx context.Context, chains []*db
 		live[i] = i
 	}
 	for position := range db.RateLimitChainMax {
-		if live, err = batchUpsert(ctx, tx, q.upserts, chains, results, live, position); err != nil {
+		if live, err = batchUpsert(ctx, inTx, chains, results, live, position); err != nil {
 			return nil, err
 		}
 		if len(live) == 0 {
 			break
 		}
 	}
-	if err := batchUsers(ctx, tx, chains, results); err != nil {
+	if err := batchUsers(ctx, inTx, chains, results); err != nil {
 		return nil, err
 	}
 	if err := tx.Commit(); err != nil {
@@ -147,7 +194,7 @@ func (q *queries) RateLimitCounterConsumeBatch(ctx context.Context, chains []*db
 
 // batchDevices checks the chains' devices in one statement: a device stands while no revocation
 // of its account is later than the one it was issued under.
-func batchDevices(ctx context.Context, tx *sql.Tx, chains []*db.RateLimitCounterChainParams, results []*db.RateLimitCounterChainResult) error {
+func batchDevices(ctx context.Context, tx dbsqlc.DBTX, chains []*db.RateLimitCounterChainParams, results []*db.RateLimitCounterChainResult) error {
 	var accounts [][]byte
 	for _, chain := range chains {
 		if chain.Device != nil {
@@ -176,7 +223,7 @@ func batchDevices(ctx context.Context, tx *sql.Tx, chains []*db.RateLimitCounter
 
 // batchUpsert spends the window at position of each live chain that has one, in one statement,
 // and returns the chains whose window admitted and that have a window after it.
-func batchUpsert(ctx context.Context, tx *sql.Tx, prepared *upserts, chains []*db.RateLimitCounterChainParams, results []*db.RateLimitCounterChainResult, live []int, position int) ([]int, error) {
+func batchUpsert(ctx context.Context, tx dbsqlc.DBTX, chains []*db.RateLimitCounterChainParams, results []*db.RateLimitCounterChainResult, live []int, position int) ([]int, error) {
 	keys := make(map[string]int, len(live)) // key → chain
 	args := make([]any, 0, 4*len(live))
 	for _, i := range live {
@@ -195,17 +242,7 @@ func batchUpsert(ctx context.Context, tx *sql.Tx, prepared *upserts, chains []*d
 		return nil, nil
 	}
 
-	var rows *sql.Rows
-	var err error
-	if stmt := prepared.stmt(len(keys)); stmt != nil {
-		// The transaction's statement is the one prepared on its connection: closing it leaves
-		// that one prepared.
-		inTx := tx.StmtContext(ctx, stmt)
-		defer inTx.Close()
-		rows, err = inTx.QueryContext(ctx, args...)
-	} else {
-		rows, err = tx.QueryContext(ctx, upsertQuery(len(keys)), args...)
-	}
+	rows, err := tx.QueryContext(ctx, upsertQuery(len(keys)), args...)
 	if err != nil {
 		return nil, failed("consuming rate limit counters of a batch", err)
 	}
@@ -232,7 +269,7 @@ func batchUpsert(ctx context.Context, tx *sql.Tx, prepared *upserts, chains []*d
 
 // batchUsers reads, in one statement, the users of the chains that ask for one and whose every
 // window admitted.
-func batchUsers(ctx context.Context, tx *sql.Tx, chains []*db.RateLimitCounterChainParams, results []*db.RateLimitCounterChainResult) error {
+func batchUsers(ctx context.Context, tx dbsqlc.DBTX, chains []*db.RateLimitCounterChainParams, results []*db.RateLimitCounterChainResult) error {
 	var emails []string
 	for i, chain := range chains {
 		if chain.UserEmail != "" && len(results[i].Counts) == len(chain.Windows) {

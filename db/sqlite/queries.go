@@ -19,8 +19,8 @@ var sqlc = dbsqlc.New() //nolint:gochecknoglobals // stateless
 // as numbers, with no text format to agree on): us and at convert them.
 type queries struct {
 	dbtx dbsqlc.DBTX
-	// upserts are the batch of checks' prepared statements: the engine's counters' only.
-	upserts *upserts
+	// stmts are the batch of checks' prepared statements: the engine's counters' only.
+	stmts *stmtCache
 }
 
 // Users.
@@ -409,11 +409,20 @@ func (q *queries) RateLimitCounterConsume(ctx context.Context, params *db.RateLi
 	return count, true, nil
 }
 
-// RateLimitCounterConsumeChain implements db.Counters: its statements run one after another on
-// one connection, taken once, outside any transaction (each is atomic on its own, as on
-// PostgreSQL), and the user is read on it last. SQLite runs in the process: one call is the
-// round trip. db's Tables checked the chain.
+// RateLimitCounterConsumeChain implements db.Counters. On the engine's counters it is a batch of
+// one (RateLimitCounterConsumeBatch): one transaction on prepared statements, all or nothing,
+// with one commit rather than one per window. Otherwise (queries on a transaction of the
+// caller's) its statements run one after another on one connection, taken once, and the user is
+// read on it last. SQLite runs in the process: one call is the round trip. db's Tables checked
+// the chain.
 func (q *queries) RateLimitCounterConsumeChain(ctx context.Context, params *db.RateLimitCounterChainParams) (*db.RateLimitCounterChainResult, error) {
+	if _, ok := q.dbtx.(*sql.DB); ok && q.stmts != nil {
+		results, err := q.RateLimitCounterConsumeBatch(ctx, []*db.RateLimitCounterChainParams{params})
+		if err != nil {
+			return nil, err
+		}
+		return results[0], nil
+	}
 	onConn, release, err := q.oneConn(ctx)
 	if err != nil {
 		return nil, failed("consuming rate limit counters", err)

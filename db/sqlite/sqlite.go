@@ -64,7 +64,7 @@ type Engine struct {
 	secretPath string // "" for an engine on a *sql.DB of the caller's (NewEngineFromDB)
 	ownsDB     bool   // Close closes db
 	tracer     QueryTracer
-	upserts    *upserts // the batches of checks' prepared upserts
+	stmts      *stmtCache // the batches of checks' prepared statements
 }
 
 var _ db.Engine[*sql.Tx] = (*Engine)(nil)
@@ -136,7 +136,7 @@ func NewEngine(ctx context.Context, path string, config *Config) (*Engine, error
 		secretPath: SecretPath(path),
 		ownsDB:     true,
 		tracer:     config.Tracer,
-		upserts:    &upserts{db: sqlDB},
+		stmts:      newStmtCache(sqlDB),
 	}
 	if err := engine.moveLegacySecret(ctx); err != nil {
 		sqlDB.Close()
@@ -159,7 +159,7 @@ func NewEngineFromDB(sqlDB *sql.DB, config *Config) (*Engine, error) {
 	if config == nil {
 		config = &Config{}
 	}
-	return &Engine{db: sqlDB, logger: cmp.Or(config.Logger, slog.Default()), tracer: config.Tracer, upserts: &upserts{db: sqlDB}}, nil
+	return &Engine{db: sqlDB, logger: cmp.Or(config.Logger, slog.Default()), tracer: config.Tracer, stmts: newStmtCache(sqlDB)}, nil
 }
 
 // Name implements db.Engine.
@@ -189,7 +189,7 @@ func (e *Engine) Queries() db.Queries { return &queries{dbtx: e.traced(e.db)} }
 func (e *Engine) QueriesTx(tx *sql.Tx) db.Queries { return &queries{dbtx: e.traced(tx)} }
 
 // Counters implements db.Engine: on the one connection, like everything else.
-func (e *Engine) Counters() db.Counters { return &queries{dbtx: e.db, upserts: e.upserts} }
+func (e *Engine) Counters() db.Counters { return &queries{dbtx: e.db, stmts: e.stmts} }
 
 // InterpretError implements db.Engine.
 func (e *Engine) InterpretError(err error) error { return interpretError(err) }
@@ -243,7 +243,7 @@ func (e *Engine) Ready(ctx context.Context) error {
 // Close implements db.Engine: it closes the database, unless the engine was made on the caller's
 // *sql.DB (NewEngineFromDB).
 func (e *Engine) Close() error {
-	e.upserts.close()
+	e.stmts.close()
 	if !e.ownsDB {
 		return nil
 	}

@@ -256,3 +256,50 @@ func requireMode0600(t *testing.T, name string) {
 	require.NoError(t, err)
 	require.Equal(t, fs.FileMode(0o600), info.Mode().Perm(), name)
 }
+
+// TestEngine_BatchesKeepStatementsPrepared: a batch of checks prepares its statements once the
+// transaction it first ran them in is over (the one connection is free), and later batches of
+// its size run on them, answering as before.
+func TestEngine_BatchesKeepStatementsPrepared(t *testing.T) {
+	t.Parallel()
+
+	ctx := t.Context()
+	store := dbtest.NewSQLite(t)
+	_, err := store.UserInsert(ctx, &db.UserInsertParams{Email: "ada@example.com", Now: time.Now(), PasswordHash: "hash"})
+	require.NoError(t, err)
+
+	window := time.Now().Truncate(time.Hour)
+	batch := func(prefix string) []*db.RateLimitCounterChainResult {
+		t.Helper()
+		var chains []*db.RateLimitCounterChainParams
+		for i := range 3 {
+			key := func(kind string) []byte {
+				h := make([]byte, 32)
+				copy(h, prefix+kind+strconv.Itoa(i))
+				return h
+			}
+			chains = append(chains, &db.RateLimitCounterChainParams{
+				Windows: []db.RateLimitCounterConsumeParams{
+					{KeyHash: key("ip"), WindowStart: window, WindowEnd: window.Add(time.Hour), LimitCount: 5},
+					{KeyHash: key("email"), WindowStart: window, WindowEnd: window.Add(time.Hour), LimitCount: 5},
+				},
+				UserEmail: "ada@example.com",
+			})
+		}
+		results, err := store.SQLite.Counters().RateLimitCounterConsumeBatch(ctx, chains)
+		require.NoError(t, err)
+		return results
+	}
+
+	require.Zero(t, store.SQLite.PreparedStatements())
+	first := batch("a")
+	// Three rows' upsert (both positions' text) and the read of three users.
+	require.Equal(t, 2, store.SQLite.PreparedStatements())
+	second := batch("a")
+	require.Equal(t, 2, store.SQLite.PreparedStatements(), "prepared once")
+	for i := range 3 {
+		require.Equal(t, []int64{1, 1}, first[i].Counts)
+		require.Equal(t, []int64{2, 2}, second[i].Counts)
+		require.Equal(t, "ada@example.com", second[i].User.Email)
+	}
+}
