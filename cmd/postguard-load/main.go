@@ -62,7 +62,7 @@ const (
 )
 
 var allScenarios = []string{
-	scenarioCeiling, scenarioManyIPs, scenarioRedis, scenarioHotIP, scenarioRegister, scenarioEmailDrain, scenarioSQLite, scenarioFlood,
+	scenarioCeiling, scenarioManyIPs, scenarioSQLite, scenarioRedis, scenarioHotIP, scenarioRegister, scenarioEmailDrain, scenarioFlood,
 }
 
 // Bounds of the flags, so that every loop stops by itself.

@@ -95,15 +95,15 @@ func requireRows(t *testing.T, report *Report, withSQLite, withRedis bool) {
 	t.Helper()
 
 	want := []string{rowCeilingFresh, "ceiling/existing-keys", "ceiling/hot-key", rowCeilingPair, scenarioManyIPs}
+	if withSQLite {
+		want = append(want, rowSQLite)
+	}
 	if withRedis {
 		want = append(want, rowRedis, rowManyIPsRedis)
 	} else {
 		require.Contains(t, strings.Join(report.Notes, "\n"), rowRedis+": skipped: no Redis at ")
 	}
 	want = append(want, scenarioHotIP, rowHash, scenarioRegister, rowDrainNoop, rowDrainResend, rowDrainSMTP, rowDrainBudget)
-	if withSQLite {
-		want = append(want, rowSQLite)
-	}
 	floods := []string{scenarioFlood}
 	if withSQLite {
 		floods = append(floods, engineSQLite+"/"+scenarioFlood)

@@ -54,10 +54,11 @@ type pendingStep struct {
 }
 
 // interleavedScenarios run in a nest, so that a drift of the machine's load weighs on each row and
-// its baseline alike: ceiling/fresh-keys (1/2), http-many-ips (1/2), redis/http-many-ips,
-// http-many-ips (2/2), ceiling/fresh-keys (2/2). Each pushes its second half with later; the
-// rows are added once all have measured, in the order of allScenarios.
-var interleavedScenarios = []string{scenarioCeiling, scenarioManyIPs, scenarioRedis}
+// its baseline alike: ceiling/fresh-keys (1/2), http-many-ips (1/2), sqlite/http-many-ips (1/2),
+// redis/http-many-ips, sqlite/http-many-ips (2/2), http-many-ips (2/2), ceiling/fresh-keys (2/2).
+// Each pushes its second half with later; the rows are added once all have measured, in the
+// order of allScenarios.
+var interleavedScenarios = []string{scenarioCeiling, scenarioManyIPs, scenarioSQLite, scenarioRedis}
 
 // later queues an interleaved scenario's second half and rows (see pendingStep).
 func (r *runner) later(measure, report, cleanup func()) {
@@ -193,11 +194,11 @@ func (r *runner) run(ctx context.Context) (*Report, error) {
 	}{
 		{scenarioCeiling, func(ctx context.Context) error { return r.ceiling(ctx, store) }},
 		{scenarioManyIPs, func(ctx context.Context) error { return r.manyIPs(ctx, mainDB) }},
+		{scenarioSQLite, r.sqliteManyIPs},
 		{scenarioRedis, func(ctx context.Context) error { return r.redisManyIPs(ctx, mainDB) }},
 		{scenarioHotIP, func(ctx context.Context) error { return r.hotIP(ctx, mainDB) }},
 		{scenarioRegister, func(ctx context.Context) error { return r.register(ctx, mainDB) }},
 		{scenarioEmailDrain, r.emailDrain},
-		{scenarioSQLite, r.sqliteManyIPs},
 		{scenarioFlood, r.flood},
 	}
 	for _, step := range steps {
