@@ -205,11 +205,26 @@ func newApp(config *Config, tables db.Tables, d database, newRiver func(workers 
 	return a, nil
 }
 
-// newRiverClient is the app's River client on driver, working postguard's email queue.
+// counterPruneInterval is how often the app prunes the limiter's expired counters: every fresh
+// IP or email leaves a counter per rule, and nothing else deletes them.
+const counterPruneInterval = time.Minute
+
+// newRiverClient is the app's River client on driver, working postguard's email queue, and
+// pruning the limiter's expired counters on start and every counterPruneInterval (postguard's
+// prune_counters job, on its maintenance queue; River runs a periodic job on its leader only).
+// Finished jobs are this River's own to clean: its job cleaner is left on.
 func newRiverClient[TTx any](driver riverdriver.Driver[TTx], workers *river.Workers, logger *slog.Logger) (*river.Client[TTx], error) {
 	return river.NewClient(driver, &river.Config{
-		Logger:  logger,
-		Queues:  map[string]river.QueueConfig{jobs.QueueEmail: {MaxWorkers: 4}},
+		Logger: logger,
+		PeriodicJobs: []*river.PeriodicJob{river.NewPeriodicJob(
+			river.PeriodicInterval(counterPruneInterval),
+			func() (river.JobArgs, *river.InsertOpts) { return jobs.PruneCountersArgs{}, nil },
+			&river.PeriodicJobOpts{ID: jobs.PruneCountersArgs{}.Kind(), RunOnStart: true},
+		)},
+		Queues: map[string]river.QueueConfig{
+			jobs.QueueEmail:       {MaxWorkers: 4},
+			jobs.QueueMaintenance: {MaxWorkers: 1},
+		},
 		Workers: workers,
 	})
 }

@@ -185,6 +185,22 @@ func (b *testBundle) count(t *testing.T, query string) int {
 	return n
 }
 
+// waitForJob waits for the first completed job of kind on completed, passing over the others'.
+func waitForJob(t *testing.T, completed <-chan *river.Event, kind string) *river.Event {
+	t.Helper()
+	timeout := time.After(30 * time.Second) // a guard against a hang, not a bound on latency
+	for {
+		select {
+		case event := <-completed:
+			if event.Job.Kind == kind {
+				return event
+			}
+		case <-timeout:
+			t.Fatalf("no %s job was worked", kind)
+		}
+	}
+}
+
 // requireRefused checks a 429 of postguard's limiter, by policy.
 func requireRefused(t *testing.T, rec *httptest.ResponseRecorder, policy string) {
 	t.Helper()
@@ -315,13 +331,8 @@ func TestApp_SignUp(t *testing.T) {
 			var created struct{ ID int64 }
 			require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &created))
 
-			select {
-			case event := <-completed:
-				require.Equal(t, "welcome_email", event.Job.Kind)
-				require.JSONEq(t, fmt.Sprintf(`{"user_id": %d}`, created.ID), string(event.Job.EncodedArgs), "only the account id in the job")
-			case <-time.After(30 * time.Second):
-				t.Fatal("the welcome job was not worked")
-			}
+			event := waitForJob(t, completed, "welcome_email")
+			require.JSONEq(t, fmt.Sprintf(`{"user_id": %d}`, created.ID), string(event.Job.EncodedArgs), "only the account id in the job")
 			deliveries := b.fake.Deliveries()
 			require.Len(t, deliveries, 1)
 			require.Equal(t, []string{"grace@example.org"}, deliveries[0].To)
@@ -387,6 +398,33 @@ func TestApp_SignUp(t *testing.T) {
 			require.Equal(t, `"signup-ip";q=2;w=3600`, rec.Header().Get("RateLimit-Policy"))
 			require.Equal(t, 2, b.count(t, "SELECT count(*) FROM accounts"))
 		})
+	})
+}
+
+// TestApp_PrunesCounters: the app's River prunes the limiter's expired counters, which nothing
+// else deletes (every fresh IP or email leaves one per rule): on start, then every minute. A
+// counter whose window ended more than COUNTER_RETENTION ago goes; a current one stays.
+func TestApp_PrunesCounters(t *testing.T) {
+	t.Parallel()
+
+	engines(t, func(t *testing.T, setup setupFunc) {
+		b := setup(t, nil)
+		ctx := t.Context()
+		b.signUp(t, "old@example.com") // on the limiter's stub clock, March 2026: long expired
+		expired := b.count(t, "SELECT count(*) FROM rate_limit_counters")
+		require.Positive(t, expired)
+		b.clock.Add(time.Since(b.clock.Now()))
+		rec := b.post(t, "/signup", "192.0.2.2", map[string]string{"email": "new@example.com", "password": "correct horse"})
+		require.Equal(t, http.StatusCreated, rec.Code, rec.Body.String())
+		current := b.count(t, "SELECT count(*) FROM rate_limit_counters") - expired
+		require.Positive(t, current)
+
+		completed, cancel := b.app.River.Subscribe(river.EventKindJobCompleted)
+		defer cancel()
+		require.NoError(t, b.app.River.Start(ctx))
+		t.Cleanup(func() { require.NoError(t, b.app.River.Stop(context.WithoutCancel(ctx))) })
+		waitForJob(t, completed, "prune_counters")
+		require.Equal(t, current, b.count(t, "SELECT count(*) FROM rate_limit_counters"), "the expired counters pruned, the current kept")
 	})
 }
 

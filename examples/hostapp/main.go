@@ -2,8 +2,9 @@
 // on its own database (PostgreSQL or SQLite) and accounts table: postguard's limiter guards its
 // sign-up (Gin middleware) and its login (spent before the password is checked, a success
 // refunded, the browser then a trusted device), and postguard's mail jobs run on its own River
-// client, the welcome job inserted in the transaction that creates the account. Request bodies
-// are capped and the server cuts off slow clients. See README.md, "Using it as a library".
+// client, the welcome job inserted in the transaction that creates the account; the same client
+// prunes the limiter's expired counters every minute. Request bodies are capped and the server
+// cuts off slow clients. See README.md, "Using it as a library".
 //
 // The trusted-device cookie is __Host- prefixed and Secure: browsers keep it over HTTPS, and on
 // http://localhost.
