@@ -221,6 +221,7 @@ func (r *runner) manyIPs(ctx context.Context, d *database) error {
 	}
 	firstHalf := max(r.opts.Duration/2, time.Millisecond)
 	s := h.measure(ctx, " (1/2)", firstHalf)
+	h.settle(ctx)
 	// Its connections are made again in the second half's warm-up: meanwhile the file
 	// descriptors are redis/http-many-ips's.
 	h.client.CloseIdleConnections()
@@ -474,6 +475,7 @@ func (r *runner) sqliteManyIPs(ctx context.Context) error {
 	}
 	firstHalf := max(r.opts.Duration/2, time.Millisecond)
 	s := h.measure(ctx, " (1/2)", firstHalf)
+	h.settle(ctx)
 	// Its connections are made again in the second half's warm-up (see manyIPs).
 	h.client.CloseIdleConnections()
 	r.later(func() {

@@ -12,6 +12,7 @@ import (
 	"runtime/pprof"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/postguard/postguard/api"
@@ -41,6 +42,7 @@ type loadService struct {
 	client *http.Client
 	served chan struct{}
 	closed sync.Once
+	active atomic.Int64 // requests in the service's handler
 }
 
 // serviceOpts are what a scenario changes in the service it starts. A nil *serviceOpts changes
@@ -94,13 +96,9 @@ func (r *runner) startService(ctx context.Context, name string, d *database, rul
 		return nil, fmt.Errorf("error listening on 127.0.0.1: %w", err)
 	}
 	labels := pprof.Labels("scenario", name)
-	server := service.NewHTTPServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		pprof.Do(req.Context(), labels, func(context.Context) { svc.Handler.ServeHTTP(w, req) })
-	}), r.logger)
 	s := &loadService{
 		url:    "http://" + listener.Addr().String(),
 		svc:    svc,
-		server: server,
 		served: make(chan struct{}),
 		client: &http.Client{
 			Transport: &http.Transport{
@@ -113,11 +111,26 @@ func (r *runner) startService(ctx context.Context, name string, d *database, rul
 			Timeout: time.Minute,
 		},
 	}
+	s.server = service.NewHTTPServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		s.active.Add(1)
+		defer s.active.Add(-1)
+		pprof.Do(req.Context(), labels, func(context.Context) { svc.Handler.ServeHTTP(w, req) })
+	}), r.logger)
 	go func() {
 		defer close(s.served)
-		_ = server.Serve(listener) // ErrServerClosed after close
+		_ = s.server.Serve(listener) // ErrServerClosed after close
 	}()
 	return s, nil
+}
+
+// settle waits until no request is in the service's handler, at most 5 s (or until ctx ends): a
+// measurement that cuts its requests short leaves them unwinding (a held answer waits out its
+// hold), and in a nest (see interleavedScenarios) the service lives on while the next row
+// measures, whose warnings they would be taken for, and whose CPU they would share.
+func (s *loadService) settle(ctx context.Context) {
+	for deadline := time.Now().Add(5 * time.Second); s.active.Load() > 0 && ctx.Err() == nil && time.Now().Before(deadline); {
+		sleepContext(ctx, 10*time.Millisecond)
+	}
 }
 
 // close stops the server, waiting up to 5s for requests in flight, and closes the service. Safe
