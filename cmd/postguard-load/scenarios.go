@@ -219,17 +219,24 @@ func (r *runner) manyIPs(ctx context.Context, d *database) error {
 		r.later(nil, func() { report(s, false) }, nil)
 		return nil
 	}
-	firstHalf := max(r.opts.Duration/2, time.Millisecond)
+	h.measureAround(ctx, func(s *sample) { report(s, true) }, h.close)
+	return nil
+}
+
+// measureAround measures the service's first half now and queues its second half to measure
+// around the rows that follow (see interleavedScenarios), then report and done; done alone when
+// the run stops before the second half.
+func (h *heldService) measureAround(ctx context.Context, report func(s *sample), done func()) {
+	firstHalf := max(h.r.opts.Duration/2, time.Millisecond)
 	s := h.measure(ctx, " (1/2)", firstHalf)
 	h.settle(ctx)
 	// Its connections are made again in the second half's warm-up: meanwhile the file
-	// descriptors are redis/http-many-ips's.
+	// descriptors are the nested rows'.
 	h.client.CloseIdleConnections()
-	r.later(func() {
-		s.add(h.measure(ctx, " (2/2)", max(r.opts.Duration-firstHalf, time.Millisecond)))
-		h.close()
-	}, func() { report(s, true) }, h.close)
-	return nil
+	h.r.later(func() {
+		s.add(h.measure(ctx, " (2/2)", max(h.r.opts.Duration-firstHalf, time.Millisecond)))
+		done()
+	}, func() { report(s) }, done)
 }
 
 // heldService is a service whose forgot-password requests a held row measures, with the clients
@@ -473,14 +480,6 @@ func (r *runner) sqliteManyIPs(ctx context.Context) error {
 		r.report.Rows = append(r.report.Rows, row)
 		r.report.compare(row, scenarioManyIPs, targetSQLite)
 	}
-	firstHalf := max(r.opts.Duration/2, time.Millisecond)
-	s := h.measure(ctx, " (1/2)", firstHalf)
-	h.settle(ctx)
-	// Its connections are made again in the second half's warm-up (see manyIPs).
-	h.client.CloseIdleConnections()
-	r.later(func() {
-		s.add(h.measure(ctx, " (2/2)", max(r.opts.Duration-firstHalf, time.Millisecond)))
-		done()
-	}, func() { report(s) }, done)
+	h.measureAround(ctx, report, done)
 	return nil
 }
