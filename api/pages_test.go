@@ -72,13 +72,14 @@ func TestServer_PagesLocale(t *testing.T) {
 
 	dbtest.Engines(t, func(t *testing.T, newStore dbtest.NewStoreFunc) {
 		bundle := setup(t, newStore(t), &setupOpts{configFunc: withFrenchPages(t)})
-		french := insertUserWithLocale(t, bundle.store, "fr-CA")
-		english := insertUserWithLocale(t, bundle.store, "")
+		// Each subtest has a user of its own: they run in parallel, and a reset also verifies
+		// its user's address.
 		inEnglish := func(req *http.Request) *http.Request { return withHeader(req, "Accept-Language", "en-US,en;q=0.9") }
 		inFrench := func(req *http.Request) *http.Request { return withHeader(req, "Accept-Language", "fr-CH, fr;q=0.9") }
 
 		t.Run("Verify", func(t *testing.T) {
 			t.Parallel()
+			french := insertUserWithLocale(t, bundle.store, "fr-CA")
 			raw := tokens.New()
 			insertToken(t, bundle.store, raw, french.ID, db.TokenPurposeVerify, time.Now().Add(time.Hour))
 
@@ -100,6 +101,7 @@ func TestServer_PagesLocale(t *testing.T) {
 
 		t.Run("Reset", func(t *testing.T) {
 			t.Parallel()
+			french := insertUserWithLocale(t, bundle.store, "fr-CA")
 			raw := tokens.New()
 			insertToken(t, bundle.store, raw, french.ID, db.TokenPurposeReset, time.Now().Add(time.Hour))
 
@@ -121,6 +123,7 @@ func TestServer_PagesLocale(t *testing.T) {
 
 		t.Run("Unsubscribe", func(t *testing.T) {
 			t.Parallel()
+			french := insertUserWithLocale(t, bundle.store, "fr-CA")
 			target := "/v1/unsubscribe?token=" + url.QueryEscape(tokens.Unsubscribe(testSecret, french.ID))
 
 			rec := serve(t, bundle.router, inEnglish(httptest.NewRequest(http.MethodGet, target, nil)))
@@ -138,6 +141,7 @@ func TestServer_PagesLocale(t *testing.T) {
 
 		t.Run("UserWithoutLocale", func(t *testing.T) {
 			t.Parallel()
+			english := insertUserWithLocale(t, bundle.store, "")
 			raw := tokens.New()
 			insertToken(t, bundle.store, raw, english.ID, db.TokenPurposeVerify, time.Now().Add(time.Hour))
 
