@@ -125,7 +125,7 @@ func requireRevision2Rows(ctx context.Context, t *testing.T, tables db.Tables) {
 	_, err = tables.EmailSuppressionGet(ctx, tokenHash("address"))
 	require.NoError(t, err)
 	require.ErrorIs(t, tables.WebhookEventInsert(ctx, "msg_1", now), db.ErrExists)
-	count, err := tables.RateLimitCounterGet(ctx, &db.RateLimitCounterGetParams{KeyHash: tokenHash("key"), WindowStart: now})
+	count, err := tables.RateLimitCounterGet(ctx, &db.RateLimitCounterGetParams{KeyHash: tokenHash("key"), WindowStart: now, WindowEnd: now.Add(time.Hour)})
 	require.NoError(t, err)
 	require.Equal(t, int64(1), count)
 }
@@ -247,9 +247,10 @@ func TestTables_MigrateTablesRevision2(t *testing.T) {
 	})
 }
 
-// The SQLite limiter's migration 3 rebuilds the counters as a rowid table: the counters a
-// database holds come through it, and the table is one whose new rows go at its end.
-func TestMigrateTables_SQLiteCountersByRowid(t *testing.T) {
+// The SQLite limiter's migrations 3 and 4 rebuild the counters: 3 as a rowid table whose new
+// rows go at its end, 4 as one WITHOUT ROWID table in the order of the windows' ends. The
+// counters a database holds come through both, and through 4's way down.
+func TestMigrateTables_SQLiteCountersRebuilt(t *testing.T) {
 	t.Parallel()
 
 	ctx := t.Context()
@@ -260,29 +261,92 @@ func TestMigrateTables_SQLiteCountersByRowid(t *testing.T) {
 	provider, err := goose.NewProvider(goose.DialectSQLite3, sqlDB, migrations,
 		goose.WithDisableGlobalRegistry(true), goose.WithTableName(db.PartLimiter.GooseTable()), goose.WithSlog(dbtest.Logger(t)))
 	require.NoError(t, err)
-	_, err = provider.UpTo(ctx, 2)
-	require.NoError(t, err)
-
-	var ddl string
-	require.NoError(t, sqlDB.QueryRowContext(ctx, `SELECT sql FROM sqlite_master WHERE name = 'rate_limit_counters'`).Scan(&ddl))
-	require.Contains(t, ddl, "WITHOUT ROWID", "version 2's table")
-	window := &db.RateLimitCounterConsumeParams{KeyHash: tokenHash("kept"), WindowStart: now, WindowEnd: now.Add(time.Hour), LimitCount: 5}
-	for range 2 {
-		_, _, err := store.RateLimitCounterConsume(ctx, window)
-		require.NoError(t, err)
+	ddl := func() string {
+		t.Helper()
+		var ddl string
+		require.NoError(t, sqlDB.QueryRowContext(ctx, `SELECT sql FROM sqlite_master WHERE name = 'rate_limit_counters'`).Scan(&ddl))
+		return ddl
+	}
+	indexes := func() int {
+		t.Helper()
+		var n int
+		require.NoError(t, sqlDB.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE type = 'index' AND tbl_name = 'rate_limit_counters'`).Scan(&n))
+		return n
 	}
 
-	require.NoError(t, store.MigrateTables(ctx, &db.MigrateOpts{Parts: []db.Part{db.PartLimiter}}))
-	require.NoError(t, sqlDB.QueryRowContext(ctx, `SELECT sql FROM sqlite_master WHERE name = 'rate_limit_counters'`).Scan(&ddl))
-	require.NotContains(t, ddl, "WITHOUT ROWID")
-	count, err := store.RateLimitCounterGet(ctx, &db.RateLimitCounterGetParams{KeyHash: window.KeyHash, WindowStart: now})
+	// Version 2's table, written as version 2's statements did: a counter at 2 and an expired one.
+	_, err = provider.UpTo(ctx, 2)
 	require.NoError(t, err)
-	require.Equal(t, int64(2), count, "the counter came through the rebuild")
-	count, ok, err := store.RateLimitCounterConsume(ctx, window)
+	require.Contains(t, ddl(), "WITHOUT ROWID", "version 2's table")
+	kept := &db.RateLimitCounterConsumeParams{KeyHash: tokenHash("kept"), WindowStart: now, WindowEnd: now.Add(time.Hour), LimitCount: 5}
+	expired := &db.RateLimitCounterConsumeParams{KeyHash: tokenHash("expired"), WindowStart: now.Add(-2 * time.Hour), WindowEnd: now.Add(-time.Hour), LimitCount: 5}
+	for _, c := range []struct {
+		params *db.RateLimitCounterConsumeParams
+		count  int
+	}{{kept, 2}, {expired, 1}} {
+		_, err := sqlDB.ExecContext(ctx, `INSERT INTO rate_limit_counters (key_hash, window_start, window_end, count, limit_count) VALUES (?, ?, ?, ?, ?)`,
+			c.params.KeyHash, c.params.WindowStart.UnixMicro(), c.params.WindowEnd.UnixMicro(), c.count, c.params.LimitCount)
+		require.NoError(t, err)
+	}
+	counted := func() {
+		t.Helper()
+		count, err := store.RateLimitCounterGet(ctx, &db.RateLimitCounterGetParams{KeyHash: kept.KeyHash, WindowStart: kept.WindowStart, WindowEnd: kept.WindowEnd})
+		require.NoError(t, err)
+		require.Equal(t, int64(2), count, "the counter came through the rebuild")
+	}
+
+	_, err = provider.UpTo(ctx, 3)
+	require.NoError(t, err)
+	require.NotContains(t, ddl(), "WITHOUT ROWID", "version 3's rowid table")
+	require.Equal(t, 2, indexes(), "the primary key's and window_end's")
+
+	require.NoError(t, store.MigrateTables(ctx, &db.MigrateOpts{Parts: []db.Part{db.PartLimiter}}))
+	require.Contains(t, ddl(), "PRIMARY KEY (window_end, key_hash, window_start)")
+	require.Contains(t, ddl(), "WITHOUT ROWID")
+	require.Zero(t, indexes(), "the table is its only B-tree")
+	counted()
+
+	// Prune (queries/sqlite/rate_limit_counters.sql's RateLimitCounterDeleteExpired) reads the
+	// front of the table, in its primary key's order, and deletes what it read by that key: no
+	// other index, no sort, no scan.
+	var plan strings.Builder
+	rows, err := sqlDB.QueryContext(ctx, `EXPLAIN QUERY PLAN
+		DELETE FROM rate_limit_counters
+		WHERE (window_end, key_hash, window_start) IN (
+			SELECT c.window_end, c.key_hash, c.window_start
+			FROM rate_limit_counters AS c
+			WHERE c.window_end < ?
+			ORDER BY c.window_end
+			LIMIT ?
+		)`, now.UnixMicro(), 100)
+	require.NoError(t, err)
+	defer rows.Close()
+	for rows.Next() {
+		var id, parent, unused int
+		var detail string
+		require.NoError(t, rows.Scan(&id, &parent, &unused, &detail))
+		plan.WriteString(detail + "\n")
+	}
+	require.NoError(t, rows.Err())
+	require.Contains(t, plan.String(), "SEARCH rate_limit_counters USING PRIMARY KEY (window_end=? AND key_hash=? AND window_start=?)\n")
+	require.Contains(t, plan.String(), "SEARCH c USING PRIMARY KEY (window_end<?)\n")
+	require.NotContains(t, plan.String(), "SCAN")
+	require.NotContains(t, plan.String(), "TEMP B-TREE")
+
+	deleted, err := store.RateLimitCounterDeleteExpired(ctx, now, 100)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), deleted, "the expired counter")
+	count, ok, err := store.RateLimitCounterConsume(ctx, kept)
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.Equal(t, int64(3), count, "and counts on")
-	var indexes int
-	require.NoError(t, sqlDB.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE type = 'index' AND tbl_name = 'rate_limit_counters'`).Scan(&indexes))
-	require.Equal(t, 2, indexes, "the primary key's and window_end's")
+
+	// Down to version 3: the rowid table again, its counters with it.
+	_, err = provider.DownTo(ctx, 3)
+	require.NoError(t, err)
+	require.NotContains(t, ddl(), "WITHOUT ROWID")
+	require.Equal(t, 2, indexes())
+	var n int64
+	require.NoError(t, sqlDB.QueryRowContext(ctx, `SELECT count FROM rate_limit_counters WHERE key_hash = ? AND window_start = ?`, kept.KeyHash, kept.WindowStart.UnixMicro()).Scan(&n))
+	require.Equal(t, int64(3), n)
 }

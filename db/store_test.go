@@ -1318,7 +1318,7 @@ func TestStore_RateLimitCounter(t *testing.T) {
 			store := newStore(t)
 			del := func(key string, start time.Time) {
 				t.Helper()
-				require.NoError(t, store.RateLimitCounterDelete(ctx, &db.RateLimitCounterDeleteParams{KeyHash: tokenHash(key), WindowStart: start}))
+				require.NoError(t, store.RateLimitCounterDelete(ctx, &db.RateLimitCounterDeleteParams{KeyHash: tokenHash(key), WindowStart: start, WindowEnd: start.Add(15 * time.Minute)}))
 			}
 
 			for range 3 {
@@ -1356,7 +1356,7 @@ func TestStore_RateLimitCounter(t *testing.T) {
 			store := newStore(t)
 			get := func(key string, start time.Time) int64 {
 				t.Helper()
-				count, err := store.RateLimitCounterGet(ctx, &db.RateLimitCounterGetParams{KeyHash: tokenHash(key), WindowStart: start})
+				count, err := store.RateLimitCounterGet(ctx, &db.RateLimitCounterGetParams{KeyHash: tokenHash(key), WindowStart: start, WindowEnd: start.Add(15 * time.Minute)})
 				require.NoError(t, err)
 				return count
 			}
@@ -1434,7 +1434,7 @@ func TestStore_RateLimitCounterConsumeChain(t *testing.T) {
 		}
 		count := func(t *testing.T, store db.Tables, key string) int64 {
 			t.Helper()
-			n, err := store.RateLimitCounterGet(t.Context(), &db.RateLimitCounterGetParams{KeyHash: tokenHash(key), WindowStart: now})
+			n, err := store.RateLimitCounterGet(t.Context(), &db.RateLimitCounterGetParams{KeyHash: tokenHash(key), WindowStart: now, WindowEnd: now.Add(15 * time.Minute)})
 			require.NoError(t, err)
 			return n
 		}
@@ -1576,16 +1576,16 @@ func TestStore_RateLimitCounterConsumeChain(t *testing.T) {
 			require.NoError(t, err)
 
 			result, err := store.RateLimitCounterGetMany(ctx, &db.RateLimitCounterWindowsParams{Windows: []db.RateLimitCounterGetParams{
-				{KeyHash: tokenHash("key"), WindowStart: now},
-				{KeyHash: tokenHash("never"), WindowStart: now},
-				{KeyHash: tokenHash("ip"), WindowStart: now},
+				{KeyHash: tokenHash("key"), WindowStart: now, WindowEnd: now.Add(15 * time.Minute)},
+				{KeyHash: tokenHash("never"), WindowStart: now, WindowEnd: now.Add(15 * time.Minute)},
+				{KeyHash: tokenHash("ip"), WindowStart: now, WindowEnd: now.Add(15 * time.Minute)},
 			}})
 			require.NoError(t, err)
 			require.Equal(t, []int64{2, 0, 1}, result.Counts)
 			require.False(t, result.DeviceTrusted)
 
 			result, err = store.RateLimitCounterGetMany(ctx, &db.RateLimitCounterWindowsParams{Windows: []db.RateLimitCounterGetParams{
-				{KeyHash: tokenHash("ip"), WindowStart: now.Add(-15 * time.Minute)},
+				{KeyHash: tokenHash("ip"), WindowStart: now.Add(-15 * time.Minute), WindowEnd: now},
 			}})
 			require.NoError(t, err)
 			require.Equal(t, []int64{0}, result.Counts, "another window")
@@ -1607,7 +1607,21 @@ func TestStore_RateLimitCounterConsumeChain(t *testing.T) {
 			noKey := window("a", 1)
 			noKey.KeyHash = nil
 			_, err := store.RateLimitCounterConsumeChain(ctx, &db.RateLimitCounterChainParams{Windows: []db.RateLimitCounterConsumeParams{window("b", 1), noKey}})
-			require.ErrorContains(t, err, "rate limit chain window 2 has no key")
+			require.ErrorContains(t, err, "rate limit chain window 2: no key")
+
+			// A window is named by its end too (SQLite finds a counter by it): one without an end
+			// after its start is refused, never read or spent as another window.
+			noEnd := window("a", 1)
+			noEnd.WindowEnd = time.Time{}
+			_, err = store.RateLimitCounterConsumeChain(ctx, &db.RateLimitCounterChainParams{Windows: []db.RateLimitCounterConsumeParams{noEnd}})
+			require.ErrorContains(t, err, "rate limit chain window 1: its end")
+			_, _, err = store.RateLimitCounterConsume(ctx, &noEnd)
+			require.ErrorContains(t, err, "is not after its start")
+			_, err = store.RateLimitCounterGet(ctx, &db.RateLimitCounterGetParams{KeyHash: noEnd.KeyHash, WindowStart: noEnd.WindowStart})
+			require.ErrorContains(t, err, "is not after its start")
+			require.ErrorContains(t, store.RateLimitCounterDelete(ctx, &db.RateLimitCounterDeleteParams{KeyHash: noEnd.KeyHash, WindowStart: now, WindowEnd: now}), "is not after its start")
+			_, err = store.RateLimitCounterGetMany(ctx, &db.RateLimitCounterWindowsParams{Windows: []db.RateLimitCounterGetParams{{KeyHash: noEnd.KeyHash, WindowStart: now}}})
+			require.ErrorContains(t, err, "rate limit chain window 1: its end")
 		})
 	})
 }
@@ -1628,7 +1642,7 @@ func TestStore_RateLimitCounterRefund(t *testing.T) {
 		}
 		count := func(t *testing.T, store db.Tables, key string, start time.Time) int64 {
 			t.Helper()
-			n, err := store.RateLimitCounterGet(t.Context(), &db.RateLimitCounterGetParams{KeyHash: tokenHash(key), WindowStart: start})
+			n, err := store.RateLimitCounterGet(t.Context(), &db.RateLimitCounterGetParams{KeyHash: tokenHash(key), WindowStart: start, WindowEnd: start.Add(15 * time.Minute)})
 			require.NoError(t, err)
 			return n
 		}
@@ -1639,7 +1653,7 @@ func TestStore_RateLimitCounterRefund(t *testing.T) {
 			require.False(t, trusted, "no device")
 		}
 		window := func(key string, start time.Time) db.RateLimitCounterGetParams {
-			return db.RateLimitCounterGetParams{KeyHash: tokenHash(key), WindowStart: start}
+			return db.RateLimitCounterGetParams{KeyHash: tokenHash(key), WindowStart: start, WindowEnd: start.Add(15 * time.Minute)}
 		}
 
 		t.Run("GivesOneBackToEachWindow", func(t *testing.T) {
@@ -1740,17 +1754,17 @@ func TestStore_RateLimitCounterDeleteMany(t *testing.T) {
 			}
 
 			trusted, err := store.RateLimitCounterDeleteMany(ctx, &db.RateLimitCounterWindowsParams{Windows: []db.RateLimitCounterGetParams{
-				{KeyHash: tokenHash("ip"), WindowStart: now},
-				{KeyHash: tokenHash("key"), WindowStart: now},
-				{KeyHash: tokenHash("never"), WindowStart: now},
+				{KeyHash: tokenHash("ip"), WindowStart: now, WindowEnd: now.Add(15 * time.Minute)},
+				{KeyHash: tokenHash("key"), WindowStart: now, WindowEnd: now.Add(15 * time.Minute)},
+				{KeyHash: tokenHash("never"), WindowStart: now, WindowEnd: now.Add(15 * time.Minute)},
 			}})
 			require.NoError(t, err)
 			require.False(t, trusted)
 
 			result, err := store.RateLimitCounterGetMany(ctx, &db.RateLimitCounterWindowsParams{Windows: []db.RateLimitCounterGetParams{
-				{KeyHash: tokenHash("ip"), WindowStart: now},
-				{KeyHash: tokenHash("key"), WindowStart: now},
-				{KeyHash: tokenHash("other"), WindowStart: now},
+				{KeyHash: tokenHash("ip"), WindowStart: now, WindowEnd: now.Add(15 * time.Minute)},
+				{KeyHash: tokenHash("key"), WindowStart: now, WindowEnd: now.Add(15 * time.Minute)},
+				{KeyHash: tokenHash("other"), WindowStart: now, WindowEnd: now.Add(15 * time.Minute)},
 			}})
 			require.NoError(t, err)
 			require.Equal(t, []int64{0, 0, 1}, result.Counts)
@@ -1774,7 +1788,7 @@ func TestStore_RateLimitDevice(t *testing.T) {
 			return w
 		}
 		get := func(key string) db.RateLimitCounterGetParams {
-			return db.RateLimitCounterGetParams{KeyHash: tokenHash(key), WindowStart: now}
+			return db.RateLimitCounterGetParams{KeyHash: tokenHash(key), WindowStart: now, WindowEnd: now.Add(15 * time.Minute)}
 		}
 		// device is the device "phone" of the account "account" in the chain's second window.
 		device := func(since time.Time) *db.RateLimitDeviceParams {
@@ -1876,8 +1890,8 @@ func TestStore_RateLimitDevice(t *testing.T) {
 			require.Equal(t, []int64{2*limit + 2, limit, limit}, counts(t, store, "ip", "account", "phone"))
 
 			// A peek, a refund and a clear of the device are the device's bucket's too.
-			require.NoError(t, store.RateLimitCounterDelete(ctx, &db.RateLimitCounterDeleteParams{KeyHash: tokenHash("phone"), WindowStart: now}))
-			require.NoError(t, store.RateLimitCounterDelete(ctx, &db.RateLimitCounterDeleteParams{KeyHash: tokenHash("ip"), WindowStart: now}))
+			require.NoError(t, store.RateLimitCounterDelete(ctx, &db.RateLimitCounterDeleteParams{KeyHash: tokenHash("phone"), WindowStart: now, WindowEnd: now.Add(15 * time.Minute)}))
+			require.NoError(t, store.RateLimitCounterDelete(ctx, &db.RateLimitCounterDeleteParams{KeyHash: tokenHash("ip"), WindowStart: now, WindowEnd: now.Add(15 * time.Minute)}))
 			chain(device(epoch))
 			peek, err := store.RateLimitCounterGetMany(ctx, &db.RateLimitCounterWindowsParams{Windows: []db.RateLimitCounterGetParams{get("ip"), get("account")}, Device: device(epoch)})
 			require.NoError(t, err)

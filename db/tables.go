@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/postguard/postguard/internal/batch"
 )
@@ -164,7 +165,34 @@ func chainKeys(params *RateLimitCounterChainParams) [][]byte {
 }
 
 func checkChain(params *RateLimitCounterChainParams) error {
-	return checkWindows(len(params.Windows), func(i int) []byte { return params.Windows[i].KeyHash }, params.Device)
+	return checkWindows(len(params.Windows), func(i int) window {
+		w := &params.Windows[i]
+		return window{w.KeyHash, w.WindowStart, w.WindowEnd}
+	}, params.Device)
+}
+
+// RateLimitCounterConsume implements Counters: it checks the window.
+func (s *tables[TTx]) RateLimitCounterConsume(ctx context.Context, params *RateLimitCounterConsumeParams) (int64, bool, error) {
+	if err := (window{params.KeyHash, params.WindowStart, params.WindowEnd}).check(); err != nil {
+		return 0, false, fmt.Errorf("rate limit window: %w", err)
+	}
+	return s.Counters.RateLimitCounterConsume(ctx, params)
+}
+
+// RateLimitCounterGet implements Counters: it checks the window.
+func (s *tables[TTx]) RateLimitCounterGet(ctx context.Context, params *RateLimitCounterGetParams) (int64, error) {
+	if err := (window{params.KeyHash, params.WindowStart, params.WindowEnd}).check(); err != nil {
+		return 0, fmt.Errorf("rate limit window: %w", err)
+	}
+	return s.Counters.RateLimitCounterGet(ctx, params)
+}
+
+// RateLimitCounterDelete implements Counters: it checks the window.
+func (s *tables[TTx]) RateLimitCounterDelete(ctx context.Context, params *RateLimitCounterDeleteParams) error {
+	if err := (window{params.KeyHash, params.WindowStart, params.WindowEnd}).check(); err != nil {
+		return fmt.Errorf("rate limit window: %w", err)
+	}
+	return s.Counters.RateLimitCounterDelete(ctx, params)
 }
 
 // RateLimitCounterGetMany implements Counters: it checks the windows.
@@ -192,19 +220,42 @@ func (s *tables[TTx]) RateLimitCounterRefund(ctx context.Context, params *RateLi
 }
 
 func checkWindowsParams(params *RateLimitCounterWindowsParams) error {
-	return checkWindows(len(params.Windows), func(i int) []byte { return params.Windows[i].KeyHash }, params.Device)
+	return checkWindows(len(params.Windows), func(i int) window {
+		w := &params.Windows[i]
+		return window{w.KeyHash, w.WindowStart, w.WindowEnd}
+	}, params.Device)
 }
 
-// checkWindows checks a request's n windows (keyOf gives each one's key) and its device, for the
+// window is one fixed window of one key, as the statements take it.
+type window struct {
+	key        []byte
+	start, end time.Time
+}
+
+// check says what is wrong with w for the engines: no key, or an end that is not after its start
+// (SQLite finds a counter by its window's end, so a window named without one would never be
+// found).
+func (w window) check() error {
+	if len(w.key) == 0 {
+		return errors.New("no key")
+	}
+	if !w.end.After(w.start) {
+		return fmt.Errorf("its end %s is not after its start %s", w.end.Format(time.RFC3339Nano), w.start.Format(time.RFC3339Nano))
+	}
+	return nil
+}
+
+// checkWindows checks a request's n windows (windowOf gives each one) and its device, for the
 // engines, whose statements take them as they are: 1 to RateLimitChainMax windows, each with a
-// key, and a device naming one of them with a bucket and a revocation key of its own.
-func checkWindows(n int, keyOf func(i int) []byte, device *RateLimitDeviceParams) error {
+// key and an end after its start, and a device naming one of them with a bucket and a revocation
+// key of its own.
+func checkWindows(n int, windowOf func(i int) window, device *RateLimitDeviceParams) error {
 	if n == 0 || n > RateLimitChainMax {
 		return fmt.Errorf("a rate limit chain has 1 to %d windows, got %d", RateLimitChainMax, n)
 	}
 	for i := range n {
-		if len(keyOf(i)) == 0 {
-			return fmt.Errorf("rate limit chain window %d has no key", i+1)
+		if err := windowOf(i).check(); err != nil {
+			return fmt.Errorf("rate limit chain window %d: %w", i+1, err)
 		}
 	}
 	if device == nil {

@@ -171,7 +171,7 @@ func TestNewTables(t *testing.T) {
 			res, err := host.tables.RateLimitCounterConsumeChain(ctx, &db.RateLimitCounterChainParams{Windows: windows})
 			require.NoError(t, err)
 			require.Equal(t, []int64{1, 1}, res.Counts)
-			peek := &db.RateLimitCounterWindowsParams{Windows: []db.RateLimitCounterGetParams{{KeyHash: tokenHash("ip"), WindowStart: now}}}
+			peek := &db.RateLimitCounterWindowsParams{Windows: []db.RateLimitCounterGetParams{{KeyHash: tokenHash("ip"), WindowStart: now, WindowEnd: now.Add(time.Minute)}}}
 			got, err := host.tables.RateLimitCounterGetMany(ctx, peek)
 			require.NoError(t, err)
 			require.Equal(t, []int64{1}, got.Counts)

@@ -309,16 +309,22 @@ type RateLimitCounterGetManyResult struct {
 	DeviceTrusted bool
 }
 
-// RateLimitCounterGetParams names one fixed window of one key.
+// RateLimitCounterGetParams names one fixed window of one key: its start and its end, as the
+// window was spent (RateLimitCounterConsumeParams). SQLite keeps its counters in the order of
+// their windows' ends and finds one by the whole of it; Tables refuse a window that does not end
+// after it starts.
 type RateLimitCounterGetParams struct {
 	KeyHash     []byte
 	WindowStart time.Time
+	WindowEnd   time.Time
 }
 
-// RateLimitCounterDeleteParams names one fixed window of one key.
+// RateLimitCounterDeleteParams names one fixed window of one key, as RateLimitCounterGetParams
+// does.
 type RateLimitCounterDeleteParams struct {
 	KeyHash     []byte
 	WindowStart time.Time
+	WindowEnd   time.Time
 }
 
 // SecretCheckParams are the check value of a secret (never the secret itself: an HMAC of a

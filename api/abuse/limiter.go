@@ -563,7 +563,7 @@ func (l *Limiter) each(ctx context.Context, action Action, subject Subject, doin
 func windowsOf(chain []chained) []db.RateLimitCounterGetParams {
 	windows := make([]db.RateLimitCounterGetParams, len(chain))
 	for i, c := range chain {
-		windows[i] = db.RateLimitCounterGetParams{KeyHash: c.key[:], WindowStart: c.win.start}
+		windows[i] = db.RateLimitCounterGetParams{KeyHash: c.key[:], WindowStart: c.win.start, WindowEnd: c.win.end}
 	}
 	return windows
 }

@@ -58,8 +58,8 @@ type counterFigures struct {
 	PredictedMin int64 `json:"predicted_rows_min"`
 	PredictedMax int64 `json:"predicted_rows_max"`
 	// Bytes is the table's growth over the flood, its indexes included: PostgreSQL's
-	// pg_total_relation_size, SQLite's pages of the table and its index (dbstat). IndexBytes is
-	// the indexes' part.
+	// pg_total_relation_size, SQLite's pages of the table (dbstat). IndexBytes is the indexes'
+	// part: none on SQLite, whose counters are one WITHOUT ROWID B-tree.
 	Bytes       int64   `json:"bytes"`
 	IndexBytes  int64   `json:"index_bytes"`
 	BytesPerRow float64 `json:"bytes_per_row"`
@@ -248,7 +248,7 @@ func (f *counterFigures) note(engine string) string {
 	size := "pg_total_relation_size (heap and indexes)"
 	after := " (PostgreSQL keeps a table's pages: (auto)vacuum makes the dead rows' room reusable)"
 	if engine == engineSQLite {
-		size = "dbstat's pages of the table and its indexes (the primary key's, window_end's)"
+		size = "dbstat's pages of the table, one WITHOUT ROWID B-tree (no index)"
 		after = fmt.Sprintf(" of table pages; the file keeps %s (page_count × page_size): the freed pages, for later writes", fmtBytes(f.FileBytesAfterPrune))
 	}
 	return fmt.Sprintf("SELECT count(*) FROM rate_limit_counters after the flood: %d rows for %d admitted requests (%d sent, the ones cut "+
@@ -429,9 +429,9 @@ func (c *counterTable) read(ctx context.Context) (tableSize, error) {
 				pg_total_relation_size('rate_limit_counters'), pg_indexes_size('rate_limit_counters')`).
 			Scan(&s.rows, &s.bytes, &s.indexBytes)
 	} else {
-		// dbstat is SQLite's virtual table of every page, by b-tree: the table's rows, and its
-		// indexes (the primary key's and window_end's), all named in sqlite_master with the
-		// table's name.
+		// dbstat is SQLite's virtual table of every page, by b-tree: the table's rows, and any
+		// index of it, all named in sqlite_master with the table's name (since the limiter's
+		// migration 4 there is none: the table is ordered by its primary key).
 		err = c.lite.QueryRowContext(ctx, `
 			SELECT (SELECT count(*) FROM rate_limit_counters),
 				(SELECT coalesce(sum(pgsize), 0) FROM dbstat

@@ -188,8 +188,12 @@ func requireFlood(t *testing.T, report *Report, flood string, checks []Check) {
 	require.LessOrEqual(t, figures.Rows, figures.PredictedMax, "no request left more than two")
 	require.Equal(t, figures.Rows, counters.Requests)
 	require.Positive(t, figures.Bytes)
-	require.Positive(t, figures.IndexBytes)
-	require.Less(t, figures.IndexBytes, figures.Bytes)
+	if report.Engine == engineSQLite || strings.HasPrefix(flood, engineSQLite+"/") {
+		require.Zero(t, figures.IndexBytes, "SQLite's counters are one B-tree, the table's")
+	} else {
+		require.Positive(t, figures.IndexBytes)
+		require.Less(t, figures.IndexBytes, figures.Bytes)
+	}
 	require.InDelta(t, float64(figures.Bytes)/float64(figures.Rows), figures.BytesPerRow, 0.1)
 	require.Positive(t, figures.SteadyRows)
 	require.Contains(t, counters.Note, "SELECT count(*) FROM rate_limit_counters")
@@ -585,7 +589,7 @@ func TestRedisConsumer(t *testing.T) {
 	ip, email := window("ip", 2), window("email", 1)
 	t.Cleanup(func() {
 		for _, w := range []db.RateLimitCounterConsumeParams{ip, email} {
-			_ = consumer.RateLimitCounterDelete(context.Background(), &db.RateLimitCounterDeleteParams{KeyHash: w.KeyHash, WindowStart: w.WindowStart})
+			_ = consumer.RateLimitCounterDelete(context.Background(), &db.RateLimitCounterDeleteParams{KeyHash: w.KeyHash, WindowStart: w.WindowStart, WindowEnd: w.WindowEnd})
 		}
 	})
 	chain := func(userEmail string) *db.RateLimitCounterChainResult {
@@ -613,8 +617,8 @@ func TestRedisConsumer(t *testing.T) {
 	require.Empty(t, res.Counts)
 
 	// Reset starts a window afresh; an unknown email is no user and no error.
-	require.NoError(t, consumer.RateLimitCounterDelete(t.Context(), &db.RateLimitCounterDeleteParams{KeyHash: ip.KeyHash, WindowStart: start}))
-	require.NoError(t, consumer.RateLimitCounterDelete(t.Context(), &db.RateLimitCounterDeleteParams{KeyHash: email.KeyHash, WindowStart: start}))
+	require.NoError(t, consumer.RateLimitCounterDelete(t.Context(), &db.RateLimitCounterDeleteParams{KeyHash: ip.KeyHash, WindowStart: start, WindowEnd: start.Add(time.Hour)}))
+	require.NoError(t, consumer.RateLimitCounterDelete(t.Context(), &db.RateLimitCounterDeleteParams{KeyHash: email.KeyHash, WindowStart: start, WindowEnd: start.Add(time.Hour)}))
 	res = chain("nobody@example.com")
 	require.Equal(t, []int64{1, 1}, res.Counts)
 	require.Nil(t, res.User)
@@ -626,9 +630,9 @@ func TestRedisConsumer(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []int64{1}, res.Counts)
 	require.Equal(t, int64(1), rdb.Exists(t.Context(), "rate:"+redisKey(huge.KeyHash, huge.WindowStart)).Val())
-	require.NoError(t, consumer.RateLimitCounterDelete(t.Context(), &db.RateLimitCounterDeleteParams{KeyHash: huge.KeyHash, WindowStart: start}))
+	require.NoError(t, consumer.RateLimitCounterDelete(t.Context(), &db.RateLimitCounterDeleteParams{KeyHash: huge.KeyHash, WindowStart: start, WindowEnd: start.Add(time.Hour)}))
 
-	_, err = consumer.RateLimitCounterGetMany(t.Context(), &db.RateLimitCounterWindowsParams{Windows: []db.RateLimitCounterGetParams{{KeyHash: ip.KeyHash, WindowStart: start}}})
+	_, err = consumer.RateLimitCounterGetMany(t.Context(), &db.RateLimitCounterWindowsParams{Windows: []db.RateLimitCounterGetParams{{KeyHash: ip.KeyHash, WindowStart: start, WindowEnd: start.Add(time.Hour)}}})
 	require.ErrorIs(t, err, errRedisUnsupported)
 }
 

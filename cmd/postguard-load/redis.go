@@ -122,7 +122,7 @@ func (c *redisConsumer) RateLimitCounterDeleteMany(ctx context.Context, params *
 		return false, errRedisUnsupported
 	}
 	for _, w := range params.Windows {
-		if err := c.RateLimitCounterDelete(ctx, &db.RateLimitCounterDeleteParams{KeyHash: w.KeyHash, WindowStart: w.WindowStart}); err != nil {
+		if err := c.RateLimitCounterDelete(ctx, &db.RateLimitCounterDeleteParams{KeyHash: w.KeyHash, WindowStart: w.WindowStart, WindowEnd: w.WindowEnd}); err != nil {
 			return false, err
 		}
 	}

@@ -45,8 +45,8 @@ func TestServe_PrunesCountersEveryInterval(t *testing.T) {
 		}
 		counts := func() []int64 {
 			res, err := store.RateLimitCounterGetMany(ctx, &db.RateLimitCounterWindowsParams{Windows: []db.RateLimitCounterGetParams{
-				{KeyHash: expired.KeyHash, WindowStart: expired.WindowStart},
-				{KeyHash: kept.KeyHash, WindowStart: kept.WindowStart},
+				{KeyHash: expired.KeyHash, WindowStart: expired.WindowStart, WindowEnd: expired.WindowEnd},
+				{KeyHash: kept.KeyHash, WindowStart: kept.WindowStart, WindowEnd: kept.WindowEnd},
 			}})
 			require.NoError(t, err)
 			return res.Counts

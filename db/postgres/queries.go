@@ -634,7 +634,7 @@ func windowsArgs(params *db.RateLimitCounterWindowsParams) dbsqlc.RateLimitCount
 // RateLimitCounterGet implements db.Counters: no row is a count of 0.
 func (c *counters) RateLimitCounterGet(ctx context.Context, params *db.RateLimitCounterGetParams) (int64, error) {
 	count, err := retryOnce(ctx, true, func(ctx context.Context) (int64, error) {
-		return sqlc.RateLimitCounterGet(ctx, c.pool, dbsqlc.RateLimitCounterGetParams(*params))
+		return sqlc.RateLimitCounterGet(ctx, c.pool, dbsqlc.RateLimitCounterGetParams{KeyHash: params.KeyHash, WindowStart: params.WindowStart})
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, nil
@@ -689,7 +689,7 @@ func (c *counters) RateLimitCounterDeleteMany(ctx context.Context, params *db.Ra
 // so it may run again after a lost answer.
 func (c *counters) RateLimitCounterDelete(ctx context.Context, params *db.RateLimitCounterDeleteParams) error {
 	_, err := retryOnce(ctx, true, func(ctx context.Context) (struct{}, error) {
-		return struct{}{}, sqlc.RateLimitCounterDelete(ctx, c.pool, dbsqlc.RateLimitCounterDeleteParams(*params))
+		return struct{}{}, sqlc.RateLimitCounterDelete(ctx, c.pool, dbsqlc.RateLimitCounterDeleteParams{KeyHash: params.KeyHash, WindowStart: params.WindowStart})
 	})
 	return wrap("deleting rate limit counter", err)
 }

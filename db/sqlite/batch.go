@@ -25,7 +25,7 @@ const upsertValues = "(?, ?, ?, 1, ?)"
 // gives the rows that admitted, each with its count; a window at its limit returns none.
 const (
 	upsertHead = "INSERT INTO rate_limit_counters (key_hash, window_start, window_end, count, limit_count) VALUES "
-	upsertTail = " ON CONFLICT (key_hash, window_start) DO UPDATE" +
+	upsertTail = " ON CONFLICT (window_end, key_hash, window_start) DO UPDATE" +
 		" SET count = rate_limit_counters.count + 1" +
 		" WHERE rate_limit_counters.count < excluded.limit_count" +
 		" RETURNING key_hash, count"

@@ -466,7 +466,7 @@ func (q *queries) RateLimitCounterConns() int { return 1 }
 
 // RateLimitCounterGet implements db.Counters: no row is a count of 0.
 func (q *queries) RateLimitCounterGet(ctx context.Context, params *db.RateLimitCounterGetParams) (int64, error) {
-	count, err := sqlc.RateLimitCounterGet(ctx, q.dbtx, dbsqlc.RateLimitCounterGetParams{KeyHash: params.KeyHash, WindowStart: us(params.WindowStart)})
+	count, err := sqlc.RateLimitCounterGet(ctx, q.dbtx, dbsqlc.RateLimitCounterGetParams{WindowEnd: us(params.WindowEnd), KeyHash: params.KeyHash, WindowStart: us(params.WindowStart)})
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, nil
 	}
@@ -492,7 +492,7 @@ func (q *queries) RateLimitCounterGetMany(ctx context.Context, params *db.RateLi
 // window, on one connection taken once.
 func (q *queries) RateLimitCounterRefund(ctx context.Context, params *db.RateLimitCounterWindowsParams) (bool, error) {
 	return q.eachWindow(ctx, "refunding rate limit counters", params, func(onConn *queries, _ int, w *db.RateLimitCounterGetParams) error {
-		_, err := sqlc.RateLimitCounterRefund(ctx, onConn.dbtx, dbsqlc.RateLimitCounterRefundParams{KeyHash: w.KeyHash, WindowStart: us(w.WindowStart)})
+		_, err := sqlc.RateLimitCounterRefund(ctx, onConn.dbtx, dbsqlc.RateLimitCounterRefundParams{WindowEnd: us(w.WindowEnd), KeyHash: w.KeyHash, WindowStart: us(w.WindowStart)})
 		return failed("refunding rate limit counter", err)
 	})
 }
@@ -501,7 +501,7 @@ func (q *queries) RateLimitCounterRefund(ctx context.Context, params *db.RateLim
 // window, on one connection taken once.
 func (q *queries) RateLimitCounterDeleteMany(ctx context.Context, params *db.RateLimitCounterWindowsParams) (bool, error) {
 	return q.eachWindow(ctx, "deleting rate limit counters", params, func(onConn *queries, _ int, w *db.RateLimitCounterGetParams) error {
-		return onConn.RateLimitCounterDelete(ctx, &db.RateLimitCounterDeleteParams{KeyHash: w.KeyHash, WindowStart: w.WindowStart})
+		return onConn.RateLimitCounterDelete(ctx, &db.RateLimitCounterDeleteParams{KeyHash: w.KeyHash, WindowStart: w.WindowStart, WindowEnd: w.WindowEnd})
 	})
 }
 
@@ -576,7 +576,7 @@ func (q *queries) oneConn(ctx context.Context) (*queries, func(), error) {
 
 // RateLimitCounterDelete implements db.Counters.
 func (q *queries) RateLimitCounterDelete(ctx context.Context, params *db.RateLimitCounterDeleteParams) error {
-	err := sqlc.RateLimitCounterDelete(ctx, q.dbtx, dbsqlc.RateLimitCounterDeleteParams{KeyHash: params.KeyHash, WindowStart: us(params.WindowStart)})
+	err := sqlc.RateLimitCounterDelete(ctx, q.dbtx, dbsqlc.RateLimitCounterDeleteParams{WindowEnd: us(params.WindowEnd), KeyHash: params.KeyHash, WindowStart: us(params.WindowStart)})
 	return failed("deleting rate limit counter", err)
 }
 

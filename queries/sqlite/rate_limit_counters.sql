@@ -15,7 +15,7 @@ INSERT INTO rate_limit_counters (
     1,
     @limit_count
 )
-ON CONFLICT (key_hash, window_start) DO UPDATE
+ON CONFLICT (window_end, key_hash, window_start) DO UPDATE
 SET count = rate_limit_counters.count + 1
 WHERE rate_limit_counters.count < excluded.limit_count
 RETURNING count;
@@ -25,16 +25,19 @@ RETURNING count;
 -- means nothing was counted in that window yet.
 SELECT count
 FROM rate_limit_counters
-WHERE key_hash = @key_hash
+WHERE window_end = @window_end
+    AND key_hash = @key_hash
     AND window_start = @window_start;
 
 -- name: RateLimitCounterDeleteExpired :execrows
--- RateLimitCounterDeleteExpired deletes up to @max counters whose window ended before @before.
+-- RateLimitCounterDeleteExpired deletes up to @max counters whose window ended before @before:
+-- the front of the table, whose primary key starts with window_end.
 DELETE FROM rate_limit_counters
-WHERE (key_hash, window_start) IN (
-    SELECT c.key_hash, c.window_start
+WHERE (window_end, key_hash, window_start) IN (
+    SELECT c.window_end, c.key_hash, c.window_start
     FROM rate_limit_counters AS c
     WHERE c.window_end < @before
+    ORDER BY c.window_end
     LIMIT @max
 );
 
@@ -42,7 +45,8 @@ WHERE (key_hash, window_start) IN (
 -- RateLimitCounterDelete deletes the counter of one fixed window (none is fine): the key starts
 -- the window afresh (the limits API's clear, a login that succeeded).
 DELETE FROM rate_limit_counters
-WHERE key_hash = @key_hash
+WHERE window_end = @window_end
+    AND key_hash = @key_hash
     AND window_start = @window_start;
 
 -- name: RateLimitCounterRefund :execrows
@@ -50,6 +54,7 @@ WHERE key_hash = @key_hash
 -- 0, or with no counter, is left alone.
 UPDATE rate_limit_counters
 SET count = count - 1
-WHERE key_hash = @key_hash
+WHERE window_end = @window_end
+    AND key_hash = @key_hash
     AND window_start = @window_start
     AND count > 0;

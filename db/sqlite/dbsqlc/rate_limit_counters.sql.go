@@ -23,7 +23,7 @@ INSERT INTO rate_limit_counters (
     1,
     ?4
 )
-ON CONFLICT (key_hash, window_start) DO UPDATE
+ON CONFLICT (window_end, key_hash, window_start) DO UPDATE
 SET count = rate_limit_counters.count + 1
 WHERE rate_limit_counters.count < excluded.limit_count
 RETURNING count
@@ -53,11 +53,13 @@ func (q *Queries) RateLimitCounterConsume(ctx context.Context, db DBTX, arg Rate
 
 const rateLimitCounterDelete = `-- name: RateLimitCounterDelete :exec
 DELETE FROM rate_limit_counters
-WHERE key_hash = ?1
-    AND window_start = ?2
+WHERE window_end = ?1
+    AND key_hash = ?2
+    AND window_start = ?3
 `
 
 type RateLimitCounterDeleteParams struct {
+	WindowEnd   int64
 	KeyHash     []byte
 	WindowStart int64
 }
@@ -65,16 +67,17 @@ type RateLimitCounterDeleteParams struct {
 // RateLimitCounterDelete deletes the counter of one fixed window (none is fine): the key starts
 // the window afresh (the limits API's clear, a login that succeeded).
 func (q *Queries) RateLimitCounterDelete(ctx context.Context, db DBTX, arg RateLimitCounterDeleteParams) error {
-	_, err := db.ExecContext(ctx, rateLimitCounterDelete, arg.KeyHash, arg.WindowStart)
+	_, err := db.ExecContext(ctx, rateLimitCounterDelete, arg.WindowEnd, arg.KeyHash, arg.WindowStart)
 	return err
 }
 
 const rateLimitCounterDeleteExpired = `-- name: RateLimitCounterDeleteExpired :execrows
 DELETE FROM rate_limit_counters
-WHERE (key_hash, window_start) IN (
-    SELECT c.key_hash, c.window_start
+WHERE (window_end, key_hash, window_start) IN (
+    SELECT c.window_end, c.key_hash, c.window_start
     FROM rate_limit_counters AS c
     WHERE c.window_end < ?1
+    ORDER BY c.window_end
     LIMIT ?2
 )
 `
@@ -84,7 +87,8 @@ type RateLimitCounterDeleteExpiredParams struct {
 	Max    int64
 }
 
-// RateLimitCounterDeleteExpired deletes up to @max counters whose window ended before @before.
+// RateLimitCounterDeleteExpired deletes up to @max counters whose window ended before @before:
+// the front of the table, whose primary key starts with window_end.
 func (q *Queries) RateLimitCounterDeleteExpired(ctx context.Context, db DBTX, arg RateLimitCounterDeleteExpiredParams) (int64, error) {
 	result, err := db.ExecContext(ctx, rateLimitCounterDeleteExpired, arg.Before, arg.Max)
 	if err != nil {
@@ -96,11 +100,13 @@ func (q *Queries) RateLimitCounterDeleteExpired(ctx context.Context, db DBTX, ar
 const rateLimitCounterGet = `-- name: RateLimitCounterGet :one
 SELECT count
 FROM rate_limit_counters
-WHERE key_hash = ?1
-    AND window_start = ?2
+WHERE window_end = ?1
+    AND key_hash = ?2
+    AND window_start = ?3
 `
 
 type RateLimitCounterGetParams struct {
+	WindowEnd   int64
 	KeyHash     []byte
 	WindowStart int64
 }
@@ -108,7 +114,7 @@ type RateLimitCounterGetParams struct {
 // RateLimitCounterGet reads the count of one fixed window without spending any of it. No row back
 // means nothing was counted in that window yet.
 func (q *Queries) RateLimitCounterGet(ctx context.Context, db DBTX, arg RateLimitCounterGetParams) (int64, error) {
-	row := db.QueryRowContext(ctx, rateLimitCounterGet, arg.KeyHash, arg.WindowStart)
+	row := db.QueryRowContext(ctx, rateLimitCounterGet, arg.WindowEnd, arg.KeyHash, arg.WindowStart)
 	var count int64
 	err := row.Scan(&count)
 	return count, err
@@ -117,12 +123,14 @@ func (q *Queries) RateLimitCounterGet(ctx context.Context, db DBTX, arg RateLimi
 const rateLimitCounterRefund = `-- name: RateLimitCounterRefund :execrows
 UPDATE rate_limit_counters
 SET count = count - 1
-WHERE key_hash = ?1
-    AND window_start = ?2
+WHERE window_end = ?1
+    AND key_hash = ?2
+    AND window_start = ?3
     AND count > 0
 `
 
 type RateLimitCounterRefundParams struct {
+	WindowEnd   int64
 	KeyHash     []byte
 	WindowStart int64
 }
@@ -130,7 +138,7 @@ type RateLimitCounterRefundParams struct {
 // RateLimitCounterRefund gives one request back to a fixed window, never below zero: a window at
 // 0, or with no counter, is left alone.
 func (q *Queries) RateLimitCounterRefund(ctx context.Context, db DBTX, arg RateLimitCounterRefundParams) (int64, error) {
-	result, err := db.ExecContext(ctx, rateLimitCounterRefund, arg.KeyHash, arg.WindowStart)
+	result, err := db.ExecContext(ctx, rateLimitCounterRefund, arg.WindowEnd, arg.KeyHash, arg.WindowStart)
 	if err != nil {
 		return 0, err
 	}
