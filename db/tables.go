@@ -142,7 +142,7 @@ func (s *tables[TTx]) consumeBatch(ctx context.Context, chains []*RateLimitCount
 		}
 		return []*RateLimitCounterChainResult{result}, nil
 	}
-	count, ok, err := s.RateLimitCounterConsume(ctx, &params.Windows[0])
+	count, ok, err := s.Counters.RateLimitCounterConsume(ctx, &params.Windows[0])
 	switch {
 	case err != nil:
 		return nil, err
@@ -165,15 +165,12 @@ func chainKeys(params *RateLimitCounterChainParams) [][]byte {
 }
 
 func checkChain(params *RateLimitCounterChainParams) error {
-	return checkWindows(len(params.Windows), func(i int) window {
-		w := &params.Windows[i]
-		return window{w.KeyHash, w.WindowStart, w.WindowEnd}
-	}, params.Device)
+	return checkWindows(len(params.Windows), func(i int) window { return params.Windows[i].window() }, params.Device)
 }
 
 // RateLimitCounterConsume implements Counters: it checks the window.
 func (s *tables[TTx]) RateLimitCounterConsume(ctx context.Context, params *RateLimitCounterConsumeParams) (int64, bool, error) {
-	if err := (window{params.KeyHash, params.WindowStart, params.WindowEnd}).check(); err != nil {
+	if err := params.window().check(); err != nil {
 		return 0, false, fmt.Errorf("rate limit window: %w", err)
 	}
 	return s.Counters.RateLimitCounterConsume(ctx, params)
@@ -181,7 +178,7 @@ func (s *tables[TTx]) RateLimitCounterConsume(ctx context.Context, params *RateL
 
 // RateLimitCounterGet implements Counters: it checks the window.
 func (s *tables[TTx]) RateLimitCounterGet(ctx context.Context, params *RateLimitCounterGetParams) (int64, error) {
-	if err := (window{params.KeyHash, params.WindowStart, params.WindowEnd}).check(); err != nil {
+	if err := params.window().check(); err != nil {
 		return 0, fmt.Errorf("rate limit window: %w", err)
 	}
 	return s.Counters.RateLimitCounterGet(ctx, params)
@@ -189,7 +186,7 @@ func (s *tables[TTx]) RateLimitCounterGet(ctx context.Context, params *RateLimit
 
 // RateLimitCounterDelete implements Counters: it checks the window.
 func (s *tables[TTx]) RateLimitCounterDelete(ctx context.Context, params *RateLimitCounterDeleteParams) error {
-	if err := (window{params.KeyHash, params.WindowStart, params.WindowEnd}).check(); err != nil {
+	if err := params.window().check(); err != nil {
 		return fmt.Errorf("rate limit window: %w", err)
 	}
 	return s.Counters.RateLimitCounterDelete(ctx, params)
@@ -220,16 +217,25 @@ func (s *tables[TTx]) RateLimitCounterRefund(ctx context.Context, params *RateLi
 }
 
 func checkWindowsParams(params *RateLimitCounterWindowsParams) error {
-	return checkWindows(len(params.Windows), func(i int) window {
-		w := &params.Windows[i]
-		return window{w.KeyHash, w.WindowStart, w.WindowEnd}
-	}, params.Device)
+	return checkWindows(len(params.Windows), func(i int) window { return params.Windows[i].window() }, params.Device)
 }
 
 // window is one fixed window of one key, as the statements take it.
 type window struct {
 	key        []byte
 	start, end time.Time
+}
+
+func (p *RateLimitCounterConsumeParams) window() window {
+	return window{p.KeyHash, p.WindowStart, p.WindowEnd}
+}
+
+func (p *RateLimitCounterGetParams) window() window {
+	return window{p.KeyHash, p.WindowStart, p.WindowEnd}
+}
+
+func (p *RateLimitCounterDeleteParams) window() window {
+	return window{p.KeyHash, p.WindowStart, p.WindowEnd}
 }
 
 // check says what is wrong with w for the engines: no key, or an end that is not after its start
