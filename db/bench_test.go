@@ -9,19 +9,22 @@ import (
 	"github.com/postguard/postguard/internal/dbtest"
 )
 
+// benchEngines are the engines the store's benchmarks run on, each on a store of its own.
+var benchEngines = []struct {
+	name     string
+	newStore func(testing.TB) db.Tables
+}{
+	{"Postgres", func(tb testing.TB) db.Tables { return dbtest.NewPostgres(tb) }},
+	{"SQLite", func(tb testing.TB) db.Tables { return dbtest.NewSQLite(tb) }},
+}
+
 // BenchmarkStore_RateLimitCounterConsume measures one rate-limit statement, one round trip, on
 // each engine: on fresh keys (an insert) and on one hot key (an update, or a refusal once the key
 // is at its limit). 16 goroutines on two cores, like pgbench -c 16 running the same statement
 // (see docs/operations.md, Capacity).
 func BenchmarkStore_RateLimitCounterConsume(b *testing.B) {
 	window := time.Now().Truncate(time.Hour)
-	for _, engine := range []struct {
-		name     string
-		newStore func(testing.TB) db.Tables
-	}{
-		{"Postgres", func(tb testing.TB) db.Tables { return dbtest.NewPostgres(tb) }},
-		{"SQLite", func(tb testing.TB) db.Tables { return dbtest.NewSQLite(tb) }},
-	} {
+	for _, engine := range benchEngines {
 		b.Run(engine.name, func(b *testing.B) {
 			store := engine.newStore(b)
 
@@ -68,13 +71,7 @@ func BenchmarkStore_RateLimitCounterConsumeChain(b *testing.B) {
 			{KeyHash: make([]byte, 32), WindowStart: window, WindowEnd: window.Add(time.Hour), LimitCount: 5},
 		}
 	}
-	for _, engine := range []struct {
-		name     string
-		newStore func(testing.TB) db.Tables
-	}{
-		{"Postgres", func(tb testing.TB) db.Tables { return dbtest.NewPostgres(tb) }},
-		{"SQLite", func(tb testing.TB) db.Tables { return dbtest.NewSQLite(tb) }},
-	} {
+	for _, engine := range benchEngines {
 		b.Run(engine.name, func(b *testing.B) {
 			store := engine.newStore(b)
 			chain := func(b *testing.B, lookup, device bool) {
@@ -131,13 +128,7 @@ func BenchmarkStore_RateLimitCounterConsumeChain(b *testing.B) {
 func BenchmarkStore_RateLimitCounterConsumeBatch(b *testing.B) {
 	const size = 32
 	window := time.Now().Truncate(time.Hour)
-	for _, engine := range []struct {
-		name     string
-		newStore func(testing.TB) db.Tables
-	}{
-		{"Postgres", func(tb testing.TB) db.Tables { return dbtest.NewPostgres(tb) }},
-		{"SQLite", func(tb testing.TB) db.Tables { return dbtest.NewSQLite(tb) }},
-	} {
+	for _, engine := range benchEngines {
 		b.Run(engine.name, func(b *testing.B) {
 			store := engine.newStore(b)
 			chains := make([]*db.RateLimitCounterChainParams, size)
