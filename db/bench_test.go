@@ -18,6 +18,14 @@ var benchEngines = []struct {
 	{"SQLite", func(tb testing.TB) db.Tables { return dbtest.NewSQLite(tb) }},
 }
 
+// freshPair is a request's two windows (IP, then email) in window, their keys to be filled.
+func freshPair(window time.Time) []db.RateLimitCounterConsumeParams {
+	return []db.RateLimitCounterConsumeParams{
+		{KeyHash: make([]byte, 32), WindowStart: window, WindowEnd: window.Add(time.Hour), LimitCount: 5},
+		{KeyHash: make([]byte, 32), WindowStart: window, WindowEnd: window.Add(time.Hour), LimitCount: 5},
+	}
+}
+
 // BenchmarkStore_RateLimitCounterConsume measures one rate-limit statement, one round trip, on
 // each engine: on fresh keys (an insert) and on one hot key (an update, or a refusal once the key
 // is at its limit). 16 goroutines on two cores, like pgbench -c 16 running the same statement
@@ -65,12 +73,6 @@ func BenchmarkStore_RateLimitCounterConsume(b *testing.B) {
 // replaced.
 func BenchmarkStore_RateLimitCounterConsumeChain(b *testing.B) {
 	window := time.Now().Truncate(time.Hour)
-	pair := func() []db.RateLimitCounterConsumeParams {
-		return []db.RateLimitCounterConsumeParams{
-			{KeyHash: make([]byte, 32), WindowStart: window, WindowEnd: window.Add(time.Hour), LimitCount: 5},
-			{KeyHash: make([]byte, 32), WindowStart: window, WindowEnd: window.Add(time.Hour), LimitCount: 5},
-		}
-	}
 	for _, engine := range benchEngines {
 		b.Run(engine.name, func(b *testing.B) {
 			store := engine.newStore(b)
@@ -78,7 +80,7 @@ func BenchmarkStore_RateLimitCounterConsumeChain(b *testing.B) {
 				b.SetParallelism(8)
 				b.ReportAllocs()
 				b.RunParallel(func(pb *testing.PB) {
-					params := &db.RateLimitCounterChainParams{Windows: pair()}
+					params := &db.RateLimitCounterChainParams{Windows: freshPair(window)}
 					if device {
 						params.Device = &db.RateLimitDeviceParams{Window: 1, KeyHash: make([]byte, 32), RevocationHash: make([]byte, 32), Since: time.Unix(0, 0)}
 					}
@@ -106,7 +108,7 @@ func BenchmarkStore_RateLimitCounterConsumeChain(b *testing.B) {
 				b.SetParallelism(8)
 				b.ReportAllocs()
 				b.RunParallel(func(pb *testing.PB) {
-					windows := pair()
+					windows := freshPair(window)
 					for pb.Next() {
 						for i := range windows {
 							rand.Read(windows[i].KeyHash)
@@ -133,10 +135,7 @@ func BenchmarkStore_RateLimitCounterConsumeBatch(b *testing.B) {
 			store := engine.newStore(b)
 			chains := make([]*db.RateLimitCounterChainParams, size)
 			for i := range chains {
-				chains[i] = &db.RateLimitCounterChainParams{Windows: []db.RateLimitCounterConsumeParams{
-					{KeyHash: make([]byte, 32), WindowStart: window, WindowEnd: window.Add(time.Hour), LimitCount: 5},
-					{KeyHash: make([]byte, 32), WindowStart: window, WindowEnd: window.Add(time.Hour), LimitCount: 5},
-				}}
+				chains[i] = &db.RateLimitCounterChainParams{Windows: freshPair(window)}
 			}
 			b.ReportAllocs()
 			for b.Loop() {
@@ -147,7 +146,7 @@ func BenchmarkStore_RateLimitCounterConsumeBatch(b *testing.B) {
 				}
 				results, err := store.RateLimitCounterConsumeBatch(b.Context(), chains)
 				if err != nil || len(results) != size {
-					b.Fatal(err)
+					b.Fatalf("%d results of %d: %v", len(results), size, err)
 				}
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*size), "ns/check")
